@@ -4,6 +4,7 @@
  *
  *   deno task generate --prompt "Once upon a time" --max-tokens 20 --temperature 0 --json
  *   npx tsx src/cli/generate.ts --model models/stories260K.gguf --backend reference
+ *   deno task generate --model gemma-3-4b-it-Q4_K_M.gguf --mmproj mmproj-model-f16.gguf --image shot.png --prompt "What is on the screen?"
  */
 import { kvDtypeChoice, KvDTypeError } from "../engine/kv-cache.ts";
 import { loadLoraAdapter } from "../model/lora-load.ts";
@@ -21,6 +22,13 @@ import { cliArgs, exitProcess } from "../runtime/env.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 import { checkSideFiles } from "./preflight.ts";
 import { isQuantizeDType, QUANTIZE_DTYPES } from "../model/weights.ts";
+import type { LoadedModel } from "../model/config.ts";
+import type { PromptImage } from "../engine/engine-types.ts";
+import { decodePng, ImageDecodeError, sniffImageType } from "../model/vision/png.ts";
+import { decodeJpeg } from "../model/vision/jpeg.ts";
+import { encodeWithImages, IMAGE_MARKER, MAX_IMAGE_PIXELS } from "../serve/prompt-images.ts";
+import { ApiError } from "../serve/errors.ts";
+import { readFile } from "../runtime/fs.ts";
 
 /** The bundled model, found relative to this file so any working directory works. */
 export const DEFAULT_MODEL = fileURLToPath(new URL("../../models/stories260K.gguf", import.meta.url));
@@ -35,6 +43,8 @@ const FLAGS = {
   "top-p": { kind: "number", min: 0, max: 1, help: "nucleus mass, 1 = off (default 1)" },
   seed: { kind: "int", help: "sampling seed (default 0)" },
   "num-scheduler-steps": { kind: "int", min: 1, help: "decode forwards per read of their tokens, each fed the ids the one before sampled on the device: the same tokens (default 4 on WebGPU, else 1; serve's flag)" },
+  mmproj: { kind: "string", nonEmpty: true, help: "a llama.cpp multimodal projector file (mmproj-*.gguf: LLaVA's or Gemma 3's vision tower), for --image" },
+  image: { kind: "string", nonEmpty: true, help: `a PNG or JPEG file the prompt holds (needs --mmproj): at "${IMAGE_MARKER}" in the prompt, else before it` },
   lora: { kind: "string", help: "a LoRA adapter to run with: a llama.cpp GGUF adapter file or a Hugging Face PEFT directory (default none)" },
   "lora-scale": { kind: "number", help: "multiplies the adapter's delta (llama.cpp's --lora-scaled; default 1)" },
   backend: { kind: "string", help: `${BACKEND_NAMES.join("|")} (default auto)` },
@@ -44,7 +54,28 @@ const FLAGS = {
 } satisfies FlagSpecs;
 
 /** Errors the user can fix: reported in one line with exit code 2. */
-const USER_ERRORS = [ArgsError, ModelLoadError, GenerateInputError, BackendUnavailableError, ForwardInputError, KvDTypeError];
+const USER_ERRORS = [ArgsError, ModelLoadError, GenerateInputError, BackendUnavailableError, ForwardInputError, KvDTypeError, ImageDecodeError];
+
+/** The prompt's ids and images: `text` as it is, or with `imagePath`'s image at its marker (before the text where it has none). */
+async function promptOf(model: LoadedModel, text: string, imagePath: string | undefined): Promise<{ ids: number[]; images?: PromptImage[] }> {
+  if (imagePath === undefined) return { ids: model.tokenizer.encode(text, { addBos: model.config.addBos }) };
+  let bytes: Uint8Array;
+  try {
+    bytes = await readFile(imagePath);
+  } catch {
+    throw new ArgsError(`Image file not found: "${imagePath}"`);
+  }
+  const kind = sniffImageType(bytes);
+  if (kind !== "png" && kind !== "jpeg") throw new ArgsError(`Image "${imagePath}" is ${kind ? `a ${kind.toUpperCase()} file` : "not an image this reads"}; give a PNG or JPEG`);
+  const image = kind === "png" ? decodePng(bytes, { maxPixels: MAX_IMAGE_PIXELS }) : decodeJpeg(bytes, { maxPixels: MAX_IMAGE_PIXELS });
+  try {
+    const placed = encodeWithImages(model, text.includes(IMAGE_MARKER) ? text : `${IMAGE_MARKER}\n${text}`, [image], model.config.addBos, "--image");
+    return { ids: placed.prompt, images: placed.images };
+  } catch (e) {
+    if (e instanceof ApiError) throw new GenerateInputError(e.message.replace("loaded with --mmproj", "given with --mmproj"));
+    throw e;
+  }
+}
 
 function write(stream: "stdout" | "stderr", text: string): void {
   (stream === "stdout" ? console.log : console.error)(text);
@@ -78,10 +109,11 @@ async function run(argv: readonly string[]): Promise<void> {
   if (kvCacheDtype === undefined) throw new ArgsError(`Unknown KV cache dtype "${flags["kv-cache-dtype"]}"; choose auto, f16, f32 or fp8 (f8_e4m3)`);
   const quantize = flags.quantize;
   if (quantize !== undefined && !isQuantizeDType(quantize)) throw new ArgsError(`Unknown --quantize format "${quantize}"; choose ${QUANTIZE_DTYPES.join(", ")}`);
-  await checkSideFiles({ lora: flags.lora === undefined ? [] : [{ name: "", path: flags.lora }] });
-  const model = await loadModel(flags.model ?? DEFAULT_MODEL, { onProgress: progressPrinter(), ...(quantize ? { quantize } : {}) });
+  await checkSideFiles({ lora: flags.lora === undefined ? [] : [{ name: "", path: flags.lora }], ...(flags.mmproj !== undefined ? { mmproj: flags.mmproj } : {}) });
+  if (flags.image !== undefined && flags.mmproj === undefined) throw new ArgsError("Flag --image needs --mmproj, the model's vision projector");
+  const model = await loadModel(flags.model ?? DEFAULT_MODEL, { onProgress: progressPrinter(), ...(quantize ? { quantize } : {}), ...(flags.mmproj !== undefined ? { mmproj: flags.mmproj } : {}) });
   const prompt = flags.prompt ?? "Once upon a time";
-  const promptIds = model.tokenizer.encode(prompt, { addBos: model.config.addBos });
+  const { ids: promptIds, images } = await promptOf(model, prompt, flags.image);
   if (promptIds.length > model.config.contextLength) {
     throw new GenerateInputError(
       `The prompt has ${promptIds.length} tokens, more than the context length ${model.config.contextLength}`,
@@ -103,12 +135,14 @@ async function run(argv: readonly string[]): Promise<void> {
       seed: flags.seed ?? 0,
       kvCacheDtype,
       schedulerSteps: flags["num-scheduler-steps"] ?? defaultSchedulerSteps(backend),
+      ...(images ? { images: [images] } : {}),
     });
     const text = model.tokenizer.decode(result.ids);
     if (flags.json) {
       write("stdout", JSON.stringify({ backend: backend.info.name, prompt_ids: promptIds, ids: result.ids, text }));
     } else {
-      write("stdout", model.tokenizer.decode([...promptIds, ...result.ids]));
+      // An image's positions hold ids drawn from its pixels, not text: the prompt is shown as given.
+      write("stdout", images ? `${prompt}${text}` : model.tokenizer.decode([...promptIds, ...result.ids]));
     }
     backend.destroy();
     held = undefined;

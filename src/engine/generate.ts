@@ -10,6 +10,10 @@ import { forward, type ForwardEntry } from "../model/forward.ts";
 import { allocatePagedKv, BlockAllocator, DEFAULT_BLOCK_SIZE, freePagedKv, type KvDTypeChoice, resolveKvDtype } from "./kv-cache.ts";
 import { runAhead } from "./run-ahead.ts";
 import { seededUniforms, type UniformSource } from "./sampler-rng.ts";
+import type { ModelConfig } from "../model/config.ts";
+import type { PromptImage } from "./engine-types.ts";
+import { checkImages, ImageEmbeddings, imagesIn } from "./image-inputs.ts";
+import { spanChunk } from "./atomic-spans.ts";
 
 /** Sampling and stopping options of `generate`. */
 export interface GenerateOptions {
@@ -36,6 +40,11 @@ export interface GenerateOptions {
    * reads them back once (run-ahead.ts). The same tokens.
    */
   schedulerSteps?: number;
+  /**
+   * Each prompt's images (a model with a vision tower: DeviceModel.vision): their positions take the
+   * tower's embeddings; with Gemma 3's, a chunk never cuts one (atomic-spans.ts).
+   */
+  images?: readonly (readonly PromptImage[] | undefined)[];
 }
 
 /** One prompt's outcome. */
@@ -78,6 +87,15 @@ function checkOptions(o: GenerateOptions): void {
   if (!Number.isInteger(steps) || steps < 1) throw bad("schedulerSteps", steps);
 }
 
+/** A prompt's images checked as the engine checks a request's, as a GenerateInputError. */
+function checkImagesOf(images: readonly PromptImage[] | undefined, length: number, config: ModelConfig, i: number): void {
+  try {
+    checkImages(images, length, config);
+  } catch (e) {
+    throw new GenerateInputError(`Prompt ${i}: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}
+
 /** Generates continuations of `prompts` (token ids) with `model` on `backend`. */
 export async function generate(
   model: DeviceModel,
@@ -106,20 +124,27 @@ export async function generate(
   // A Gated DeltaNet model's state: one slot per sequence (sequence i's is slot i).
   const kv = allocatePagedKv(backend, model.config, numBlocks, blockSize, resolveKvDtype(backend, model.config, options.kvCacheDtype), Math.max(1, seqs.length));
   const alloc = new BlockAllocator(numBlocks);
+  const images = new ImageEmbeddings(backend, model.vision);
+  const bidirectional = model.config.vision?.bidirectional === true;
+  prompts.forEach((p, i) => checkImagesOf(options.images?.[i], p.length, model.config, i));
   try {
     for (;;) {
       const active = seqs.filter((s) => !s.done);
       if (active.length === 0) break;
       const entries: ForwardEntry[] = [];
+      const stepImages: (readonly PromptImage[] | undefined)[] = [];
       const rows: SamplingRow[] = [];
       const sampling: boolean[] = [];
       for (const s of active) {
         const slot = seqs.indexOf(s);
         const all = [...s.prompt, ...s.out];
-        // The last sampled token has no KV yet; a prompt feeds the next chunk of its tokens.
-        const tokens = all.slice(s.computed, Math.min(all.length, s.computed + chunk));
+        // The last sampled token has no KV yet; a prompt feeds the next chunk of its tokens (an image whose rows attend both ways whole).
+        const own = options.images?.[slot];
+        const spans = bidirectional ? own?.map((im): [number, number] => [im.start, im.start + im.length]) : undefined;
+        const tokens = all.slice(s.computed, s.computed + spanChunk(spans, s.computed, Math.min(all.length - s.computed, chunk), all.length - s.computed));
         alloc.ensure(s.blocks, s.computed + tokens.length, blockSize);
-        entries.push({ tokens, startPos: s.computed, blockTable: s.blocks, stateSlot: slot });
+        entries.push({ tokens, startPos: s.computed, blockTable: s.blocks, stateSlot: slot, ...(spans ? { bidirectional: spans } : {}) });
+        stepImages.push(imagesIn(own, { startPos: s.computed, tokens }));
         const finishesPrompt = s.computed + tokens.length === all.length;
         sampling.push(finishesPrompt);
         rows.push({
@@ -142,16 +167,24 @@ export async function generate(
         const out = await runAhead(backend, model, kv, entries, rows, aheadRows, lora);
         sampled = [out.ids, ...aheadRows.map((_, j) => out.lookaheadIds!.map((ids) => ids[j]))];
         for (const s of active) s.computed += ahead;
-      } else if (!sampling.some((x) => x)) {
-        // Prompt chunks before their last: nothing to read, so nothing waits for the device.
-        backend.free(forward(backend, model, kv, { entries, ...(lora ? { lora } : {}) }));
-        sampled = [];
       } else {
-        const logits = forward(backend, model, kv, { entries, ...(lora ? { lora } : {}) });
-        const picked = backend.sample(logits, rows);
-        backend.free(logits);
-        sampled = [await backend.download(picked)];
-        backend.free(picked);
+        // The rows images take in this step (none once every prompt is in).
+        const given = stepImages.some((x) => x) ? images.stepRows(entries, stepImages) : undefined;
+        try {
+          const logits = forward(backend, model, kv, { entries, ...(lora ? { lora } : {}), ...(given ? { inputRows: given.rows } : {}) });
+          if (!sampling.some((x) => x)) {
+            // Prompt chunks before their last: nothing to read, so nothing waits for the device.
+            backend.free(logits);
+            sampled = [];
+          } else {
+            const picked = backend.sample(logits, rows);
+            backend.free(logits);
+            sampled = [await backend.download(picked)];
+            backend.free(picked);
+          }
+        } finally {
+          given?.free();
+        }
       }
       // A sequence that ends mid-group drops the tokens after its end.
       for (const ids of sampled) {
@@ -170,6 +203,7 @@ export async function generate(
       }
     }
   } finally {
+    images.close();
     freePagedKv(backend, kv);
   }
   return seqs.map((s) => ({ promptIds: s.prompt, ids: s.out, finishReason: s.finishReason }));

@@ -10,10 +10,9 @@ import type { ModelConfig } from "../model/config.ts";
 import type { InputRows } from "../model/forward.ts";
 import { type DeviceVision, encodeImage } from "../model/vision/vision-encoder.ts";
 import { RequestParamError, type PromptImage } from "./engine-types.ts";
-import type { StepEntry } from "./scheduler-types.ts";
 
 /** The images whose positions a chunk [startPos, startPos + tokens) covers (undefined: none). */
-export function imagesIn(images: readonly PromptImage[] | undefined, entry: Pick<StepEntry, "startPos" | "tokens">): readonly PromptImage[] | undefined {
+export function imagesIn(images: readonly PromptImage[] | undefined, entry: { readonly startPos: number; readonly tokens: readonly number[] }): readonly PromptImage[] | undefined {
   if (!images) return undefined;
   const end = entry.startPos + entry.tokens.length;
   const hit = images.filter((im) => im.start < end && im.start + im.length > entry.startPos);
@@ -69,7 +68,7 @@ export class ImageEmbeddings {
    * The rows a step's chunks take from their images: for each covered image, the flat batch's rows
    * (entries' tokens in order) and the embeddings' rows there. `free` releases what was made for the step.
    */
-  stepRows(entries: readonly Pick<StepEntry, "startPos" | "tokens">[], images: readonly (readonly PromptImage[] | undefined)[]): { rows: InputRows[]; free: () => void } {
+  stepRows(entries: readonly { readonly startPos: number; readonly tokens: readonly number[] }[], images: readonly (readonly PromptImage[] | undefined)[]): { rows: InputRows[]; free: () => void } {
     const made: Tensor[] = [];
     const rows: InputRows[] = [];
     let offset = 0;

@@ -131,3 +131,46 @@ test("generate CLI --lora runs with an adapter (the engine's tokens for it), and
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("generate CLI --mmproj --image puts the image at the prompt's marker (the engine's tokens for it), and refuses what it cannot read in one line", async () => {
+  const { mkdtempSync, rmSync, writeFileSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { loadModel } = await import("../../src/model/load.ts");
+  const { writeMmproj } = await import("../model/vision-files.ts");
+  const { encodePng } = await import("../../src/model/vision/png.ts");
+  const { encodeWithImages } = await import("../../src/serve/prompt-images.ts");
+  const { createEngine } = await import("../../src/engine/engine-factory.ts");
+  const { createReferenceBackend } = await import("../../src/backend/reference/index.ts");
+  const dir = mkdtempSync(`${tmpdir()}/generate-image-`);
+  try {
+    const mmproj = `${dir}/mmproj.gguf`;
+    writeMmproj(mmproj, { lmHidden: 64, seed: 51, imageSize: 28, patchSize: 14 });
+    const picture = { width: 9, height: 6, rgb: Uint8Array.from({ length: 9 * 6 * 3 }, (_, i) => (i * 37) % 256) };
+    writeFileSync(`${dir}/a.png`, encodePng(picture));
+    const prompt = "Once upon a time<__media__>";
+    const r = runCli("node", ["--mmproj", mmproj, "--image", `${dir}/a.png`, "--prompt", prompt, "--max-tokens", "8", "--backend", "reference", "--json"]);
+    assert.equal(r.status, 0, r.stderr);
+    const out = JSON.parse(r.stdout) as { ids: number[]; prompt_ids: number[] };
+    const model = await loadModel(`${projectRoot}/models/stories260K.gguf`, { mmproj });
+    const placed = encodeWithImages(model, prompt, [picture], true, "--image");
+    assert.deepEqual(out.prompt_ids, placed.prompt);
+    const e = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+    try {
+      const want = await e.submit({ prompt: placed.prompt, images: placed.images, maxTokens: 8, temperature: 0 }).result;
+      assert.deepEqual(out.ids, want.tokenIds.slice(0, out.ids.length));
+    } finally {
+      await e.stop();
+    }
+    const lastLine = (args: string[]) => {
+      const bad = runCli("node", [...args, "--backend", "reference"]);
+      assert.equal(bad.status, 2, bad.stderr);
+      return bad.stderr.trim().split("\n").pop()!;
+    };
+    assert.match(lastLine(["--image", `${dir}/a.png`]), /^error: Flag --image needs --mmproj/);
+    assert.match(lastLine(["--mmproj", mmproj, "--image", `${dir}/none.png`]), /^error: Image file not found: ".*none\.png"$/);
+    writeFileSync(`${dir}/bad.png`, Uint8Array.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0]));
+    assert.match(lastLine(["--mmproj", mmproj, "--image", `${dir}/bad.png`]), /^error: The PNG data ends/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

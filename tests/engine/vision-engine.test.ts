@@ -19,6 +19,8 @@ import { poisonedWebGpu } from "../webgpu-fixture.ts";
 import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
 import { writeMmproj } from "../model/vision-files.ts";
 import { writeTestGguf } from "../model/model-files.ts";
+import { generate } from "../../src/engine/generate.ts";
+import { uploadModel } from "../../src/model/device-weights.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/vision-engine-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -229,3 +231,16 @@ test("Engine with Gemma 3's tower on WebGPU gives the reference backend's answer
     webgpu.destroy();
   }
 }, { ignore: gpu.skip });
+
+test("generate() with images gives the engine's answers: LLaVA's tower, and Gemma 3's with its images kept whole in chunks of 5", async () => {
+  const device = uploadModel(backend, model);
+  const r = request([13]);
+  const [want] = (await answers([{ ...r, maxTokens: 6 }])).tokens;
+  const [got] = await generate(device, backend, [r.prompt], { maxTokens: 6, stopAtEos: false, images: [r.images], prefillChunk: 5 });
+  assert.deepEqual(got.ids, want);
+  const g = gemmaRequest([6, 7]);
+  const [gemmaWant] = await gemmaAnswers([g]);
+  const [gemmaGot] = await generate(uploadModel(backend, gemma), backend, [g.prompt], { maxTokens: 6, stopAtEos: false, images: [g.images], prefillChunk: 5 });
+  assert.deepEqual(gemmaGot.ids, gemmaWant.tokens);
+  await assert.rejects(generate(device, backend, [r.prompt.slice(0, 10)], { maxTokens: 2, images: [r.images] }), /Prompt 0: Image 0 ends at position \d+, past the prompt's 10 tokens/);
+});
