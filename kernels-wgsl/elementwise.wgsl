@@ -1,7 +1,7 @@
 // Binary elementwise ops on f32: add (a + b), silu_mul (silu(a) * b), gelu_mul (gelu(a) * b, tanh
 // approximation), or GPT-OSS's clamped SwiGLU (g = min(a, limit), u = clamp(b, -limit, limit):
-// g * sigmoid(alpha * g) * (u + 1)); and two unary, soft-capping (alpha · tanh(a / alpha)) and
-// max(a, 0)² (Nemotron-H's activation); b unread.
+// g * sigmoid(alpha * g) * (u + 1)); and three unary, soft-capping (alpha · tanh(a / alpha)),
+// max(a, 0)² (Nemotron-H's activation) and gelu(a) (a vision tower's); b unread.
 struct P { n: u32, alpha: f32, limit: f32, _c: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -24,6 +24,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   // tanh(y) = 1 - 2 / (exp(2y) + 1), y clamped: no tanh of a large argument (NaN on some drivers).
   let y = clamp(x / p.alpha, -15.0, 15.0);
   dst[i] = p.alpha * (1.0 - 2.0 / (exp(2.0 * y) + 1.0));
+#elif ${OP_GELU1}
+  let y2 = 1.5957691216057308 * (x + 0.044715 * x * x * x);
+  dst[i] = x / (1.0 + exp(-y2));
 #elif ${OP_RELU2}
   let r = max(x, 0.0);
   dst[i] = r * r;

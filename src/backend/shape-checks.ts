@@ -245,6 +245,18 @@ export function expectRmsnormShapes(x: { shape: readonly number[] }, weight: { s
   return { rows, cols, groups };
 }
 
+/** Checks layerNorm's operands (Backend.layerNorm): f32 weight and optional bias of the input's last dim. */
+export function expectLayerNormShapes(x: { shape: readonly number[] }, weight: { shape: readonly number[]; dtype: DType }, bias: { shape: readonly number[]; dtype: DType } | undefined): { rows: number; cols: number } {
+  const cols = x.shape.length === 0 ? 1 : x.shape[x.shape.length - 1];
+  const rows = cols === 0 ? 0 : numel(x.shape) / cols;
+  for (const [t, what] of [[weight, "weight"], [bias, "bias"]] as const) {
+    if (t && (t.dtype !== "f32" || t.shape.length !== 1 || t.shape[0] !== cols)) {
+      throw new BackendShapeError(`layerNorm ${what} must be f32 [${cols}] for input ${fmt(x.shape)}, got ${t.dtype} ${fmt(t.shape)}`);
+    }
+  }
+  return { rows, cols };
+}
+
 /** Checks softcap's cap (Backend.softcap). */
 export function expectSoftcap(cap: number): void {
   if (!(Number.isFinite(cap) && cap > 0)) throw new BackendShapeError(`softcap cap ${cap} must be a positive number`);

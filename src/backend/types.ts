@@ -317,6 +317,14 @@ export interface Backend {
   /** Optional: max(x, 0)², elementwise, f32 (Nemotron-H's feed-forward activation, ggml's `relu` then `sqr`). */
   reluSquared?(x: Tensor): Tensor;
   /**
+   * Optional: row-wise LayerNorm over the last dim, (x − mean) / sqrt(var + eps) · weight (+ bias),
+   * the variance the mean square about the mean; x f32 [..., d], weight and bias f32 [d] (a vision
+   * tower's norms). Without it the tower centres rows with a matmul and takes {@link rmsnorm}.
+   */
+  layerNorm?(x: Tensor, weight: Tensor, bias: Tensor | undefined, eps: number): Tensor;
+  /** Optional: GELU, tanh approximation, elementwise, f32 ({@link geluMul}'s gelu without the product). */
+  gelu?(x: Tensor): Tensor;
+  /**
    * Optional: a depthwise causal convolution with SiLU over each sequence's rows, carrying the last
    * inputs across steps. x f32 [n, channels], weight f32 [channels, K], state f32 [slots, K - 1,
    * channels] → f32 [n, channels]: y[t, c] = silu(Σ_j weight[c, j] · u[t - (K - 1) + j, c] + bias[c]),

@@ -1,6 +1,6 @@
 /**
  * Conformance cases for the dense ops: embedding, gatherRows, sliceColumns, concatColumns, scatterAdd, maskLogits, penalizeRepeats, matmul, rmsnorm (grouped too), rope,
- * reluSquared, siluMul, geluMul, swigluOai, add, softmax, argmax. Each case draws fresh inputs from the seeded generator it is given.
+ * reluSquared, layerNorm, gelu, siluMul, geluMul, swigluOai, add, softmax, argmax. Each case draws fresh inputs from the seeded generator it is given.
  *
  * Tolerances (|x - ref| <= atol + rtol·|ref|; the reference accumulates in f64):
  * - embedding, gatherRows, sliceColumns, concatColumns, scatterAdd, maskLogits, add, argmax: exact. Decoding f16/bf16/q8_0 to f32 is exact (a q8_0 value
@@ -11,6 +11,8 @@
  * - matmul: atol 1e-4, rtol 1e-4. Inputs in [-1, 1], k ≤ 128: f32 accumulation error is about
  *   √k·2⁻²⁴·Σ|x·w| ≈ 1e-5, ten times below.
  * - rmsnorm: atol 1e-5, rtol 1e-5 (one f32 sum of squares and a reciprocal square root).
+ * - layerNorm: atol 1e-4, rtol 1e-4 (an f32 mean of values near 5 over up to 517 terms, then the
+ *   squares about it: the mean's rounding, ~517·2⁻²⁴·5, is scaled up by 1/σ ≈ 1.7).
  * - rope: atol 1e-4, rtol 0. Positions up to 300: the f32 angle pos·θ^(−2i/d) carries an absolute
  *   error near pos·2⁻²⁴ plus the device's sin/cos error (frequency divisors ≥ 1 only shrink it).
  * - siluMul: atol 1e-6, rtol 1e-5 (the device's exp); geluMul and swigluOai atol 1e-5 (gelu's
@@ -256,6 +258,29 @@ function rowCases(): Case[] {
         const x = b.upload(rng.f32(rows * cols, -3, 3), [rows, cols]);
         const w = b.upload(rng.f32(cols), [cols]);
         return finish(b, [b.rmsnorm(x, w, 1e-5)], [x, w]);
+      },
+    });
+    cases.push({
+      op: "layerNorm",
+      // Values offset by 5, so a norm that does not centre (or centres badly) is far off.
+      name: `[${rows}, ${cols}] with a bias, and without`,
+      tolerance: { atol: 1e-4, rtol: 1e-4 },
+      optionalOp: "layerNorm",
+      run: (b, rng) => {
+        const x = b.upload(rng.f32(rows * cols, 2, 8), [rows, cols]);
+        const w = b.upload(rng.f32(cols), [cols]);
+        const bias = b.upload(rng.f32(cols), [cols]);
+        return finish(b, [b.layerNorm!(x, w, bias, 1e-6), b.layerNorm!(x, w, undefined, 1e-5)], [x, w, bias]);
+      },
+    });
+    cases.push({
+      op: "gelu",
+      name: `[${rows}, ${cols}]`,
+      tolerance: { atol: 1e-5, rtol: 1e-5 },
+      optionalOp: "gelu",
+      run: (b, rng) => {
+        const x = b.upload(rng.f32(rows * cols, -12, 12), [rows, cols]);
+        return finish(b, [b.gelu!(x)], [x]);
       },
     });
     cases.push({

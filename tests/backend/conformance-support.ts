@@ -71,7 +71,7 @@ export interface Case {
   /** The KV cache dtype the case needs: a backend whose `info.kvDtypes` lacks it skips it. */
   kvDtype?: KvDType;
   /** An optional Backend op the case runs (a fused op): a backend without it skips the case. */
-  optionalOp?: "matmulAdd" | "matmulGlu" | "matmulQkv" | "matmulExpertsGlu" | "rotateAndWriteKv" | "penalizeSampled" | "sigmoidMul" | "reluSquared" | "causalConv1d" | "shortConv" | "gatedDeltaNet" | "ssmScan";
+  optionalOp?: "matmulAdd" | "matmulGlu" | "matmulQkv" | "matmulExpertsGlu" | "rotateAndWriteKv" | "penalizeSampled" | "sigmoidMul" | "reluSquared" | "layerNorm" | "gelu" | "causalConv1d" | "shortConv" | "gatedDeltaNet" | "ssmScan";
   run(b: Backend, rng: Rng): Promise<Output[]>;
 }
 

@@ -137,6 +137,17 @@ test("encodeImage() on the reference backend gives the tower's arithmetic writte
   }
 });
 
+test("encodeImage() from composed ops (a backend without layerNorm and gelu, as CUDA's) gives the host's arithmetic too", async () => {
+  // LayerNorm as a centring matmul and an RMS norm, GELU as geluMul(x, 1).
+  const bare: Backend = { ...backend, layerNorm: undefined, gelu: undefined };
+  for (const [what, spec] of TOWERS) {
+    const path = mmproj(spec);
+    const model = await loadVisionModel(path, 64);
+    const pixels = pixelsOf(model.config.imageSize, spec.seed);
+    close(await encoded(bare, path, pixels), hostVision(model, pixels, writtenOf.get(path)), `${what}, composed`);
+  }
+});
+
 test("encodeImage() refuses pixels of another size, naming both", async () => {
   const v = uploadVision(backend, await loadVisionModel(mmproj({ lmHidden: 64, seed: 14 }), 64));
   assert.throws(() => encodeImage(backend, v, new Float32Array(10)), /hold 10 values; this vision tower takes 2352 \(3 × 28 × 28\)/);

@@ -3,7 +3,7 @@
  * softmax, argmax, scatter-add, token masks. Reductions accumulate in f64.
  */
 import { BackendShapeError, MASKED_LOGIT, WEIGHT_DTYPES } from "../types.ts";
-import { expectConcatColumnsShapes, expectRmsnormShapes, expectMaskShapes, expectRepeatShapes, expectSampledPenaltyShapes, expectSliceColumnsShapes, expectSoftcap } from "../shape-checks.ts";
+import { expectConcatColumnsShapes, expectLayerNormShapes, expectRmsnormShapes, expectMaskShapes, expectRepeatShapes, expectSampledPenaltyShapes, expectSliceColumnsShapes, expectSoftcap } from "../shape-checks.ts";
 import {
   expectF32,
   expectRank,
@@ -79,6 +79,31 @@ export function rmsnorm(x: RefTensor, weight: RefTensor, eps: number): RefTensor
     for (let c = 0; c < cols; c++) out[base + c] = src[base + c] * inv * w[wBase + c];
   }
   return f32Tensor(out, x.shape);
+}
+
+/** (x − mean) / sqrt(var + eps) · weight (+ bias) over the last dim (Backend.layerNorm), in f64. */
+export function layerNorm(x: RefTensor, weight: RefTensor, bias: RefTensor | undefined, eps: number): RefTensor {
+  expectF32(x, "layerNorm input");
+  const { rows, cols } = expectLayerNormShapes(x, weight, bias);
+  const src = x.f32, w = weight.f32, b = bias?.f32;
+  const out = new Float32Array(src.length);
+  for (let r = 0; r < rows; r++) {
+    const base = r * cols;
+    let sum = 0;
+    for (let c = 0; c < cols; c++) sum += src[base + c];
+    const mean = sum / cols;
+    let ss = 0;
+    for (let c = 0; c < cols; c++) ss += (src[base + c] - mean) ** 2;
+    const inv = 1 / Math.sqrt(ss / cols + eps);
+    for (let c = 0; c < cols; c++) out[base + c] = (src[base + c] - mean) * inv * w[c] + (b ? b[c] : 0);
+  }
+  return f32Tensor(out, x.shape);
+}
+
+/** GELU, tanh approximation, elementwise (Backend.gelu). */
+export function gelu(x: RefTensor): RefTensor {
+  expectF32(x, "gelu input");
+  return f32Tensor(x.f32.map((v) => 0.5 * v * (1 + Math.tanh(GELU_C * (v + 0.044715 * v * v * v)))), x.shape);
 }
 
 /** max(x, 0)² elementwise (Backend.reluSquared). */

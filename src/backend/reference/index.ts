@@ -20,7 +20,7 @@ import {
 } from "../types.ts";
 import { pagedAttention, kvWrite, rotateAndWriteKv } from "./attention.ts";
 import {
-  add, argmax, concatColumns, embedding, gatherRows, geluMul, maskLogits, penalizeRepeats, penalizeSampled, reluSquared, rmsnorm, scatterAdd, siluMul, sliceColumns, softcap, softmax, swigluOai,
+  add, argmax, concatColumns, embedding, gatherRows, gelu, geluMul, layerNorm, maskLogits, penalizeRepeats, penalizeSampled, reluSquared, rmsnorm, scatterAdd, siluMul, sliceColumns, softcap, softmax, swigluOai,
 } from "./elementwise.ts";
 import { matmul, matmulAdd, matmulGlu, matmulQkv, rope } from "./linear.ts";
 import { matmulExperts, matmulExpertsGlu, moeCombine, moeRoute } from "./experts.ts";
@@ -121,6 +121,8 @@ export function createReferenceBackend(): Backend {
     softcap: (x: Tensor, cap: number) => softcap(r(x, "softcap input"), cap),
     sigmoidMul: (gate: Tensor, x: Tensor) => sigmoidMul(r(gate, "sigmoidMul gate"), r(x, "sigmoidMul input")),
     reluSquared: (x: Tensor) => reluSquared(r(x, "reluSquared input")),
+    layerNorm: (x: Tensor, weight: Tensor, bias: Tensor | undefined, eps: number) => layerNorm(r(x, "layerNorm input"), r(weight, "layerNorm weight"), bias && r(bias, "layerNorm bias"), eps),
+    gelu: (x: Tensor) => gelu(r(x, "gelu input")),
     causalConv1d: (x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch, bias?: Tensor) =>
       causalConv1d(
         r(x, "causalConv1d input"), r(weight, "causalConv1d weight"), r(state, "causalConv1d state"), batch, r(batch.seqs, "recurrent sequence table").i32,

@@ -9,7 +9,7 @@ import { kvWrite, MAX_HEAD_DIM, pagedAttention } from "./ops-attention.ts";
 import { embedding, matmul, matmulGlu, matmulQkv } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
-import { add, argmax, concatColumns, downloadHalfRows, gatherRows, geluMul, reluSquared, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softcap, softmax, swigluOai } from "./ops-rowwise.ts";
+import { add, argmax, concatColumns, downloadHalfRows, gatherRows, gelu, geluMul, layerNorm, reluSquared, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softcap, softmax, swigluOai } from "./ops-rowwise.ts";
 import { causalConv1d, gatedDeltaNet, shortConv, sigmoidMul, ssmScan } from "./ops-recurrent.ts";
 import { maskLogits, penalizeRepeats, penalizeSampled, sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
@@ -178,6 +178,12 @@ export class WebGpuBackend implements Backend {
     return ssmScan(this.#live, xbc, dt, a, d, dtBias, state, batch, spec);
   }
 
+  layerNorm(x: Tensor, weight: Tensor, bias: Tensor | undefined, eps: number): Tensor {
+    return layerNorm(this.#live, x, weight, bias, eps);
+  }
+  gelu(x: Tensor): Tensor {
+    return gelu(this.#live, x);
+  }
   reluSquared(x: Tensor): Tensor {
     return reluSquared(this.#live, x);
   }

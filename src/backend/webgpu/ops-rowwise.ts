@@ -8,7 +8,7 @@ import { F32 } from "./recorder.ts";
 import { download, upload } from "./ops-memory.ts";
 import { asGpu, expectActivation, expectRank, expectSameShape, fmt, type GpuTensor, rowsOf } from "./tensor.ts";
 import { BackendShapeError, numel, type RopeLayout, type Tensor } from "../types.ts";
-import { checkIndexRange, expectConcatColumnsShapes, expectRmsnormShapes, expectRopeArgs, expectSliceColumnsShapes, expectSoftcap } from "../shape-checks.ts";
+import { checkIndexRange, expectConcatColumnsShapes, expectLayerNormShapes, expectRmsnormShapes, expectRopeArgs, expectSliceColumnsShapes, expectSoftcap } from "../shape-checks.ts";
 
 /** x / sqrt(mean(x²) + eps) * weight over the last dim; a weight [g, d] gives row r its row r mod g. */
 export function rmsnorm(ctx: GpuContext, xT: Tensor, wT: Tensor, eps: number): Tensor {
@@ -17,7 +17,20 @@ export function rmsnorm(ctx: GpuContext, xT: Tensor, wT: Tensor, eps: number): T
   expectActivation(x, "rmsnorm input");
   const { rows, cols, groups } = expectRmsnormShapes(x, w);
   const out = ctx.output(x.shape);
-  ctx.recorder.dispatch("rmsnorm", {}, [rows, cols, new F32(eps), groups], [[1, x.buffer], [2, w.buffer], [3, out.buffer]], rows);
+  ctx.recorder.dispatch("rmsnorm", { CENTER: false, BIAS: false }, [rows, cols, new F32(eps), groups], [[1, x.buffer], [2, w.buffer], [3, out.buffer]], rows);
+  return out;
+}
+
+/** (x − mean) / sqrt(var + eps) · weight (+ bias) over the last dim (Backend.layerNorm): the RMS norm kernel, centred. */
+export function layerNorm(ctx: GpuContext, xT: Tensor, wT: Tensor, bT: Tensor | undefined, eps: number): Tensor {
+  const x = asGpu(xT, "layerNorm input", ctx);
+  const w = asGpu(wT, "layerNorm weight", ctx);
+  const b = bT && asGpu(bT, "layerNorm bias", ctx);
+  expectActivation(x, "layerNorm input");
+  const { rows, cols } = expectLayerNormShapes(x, w, b);
+  const out = ctx.output(x.shape);
+  const bindings: [number, PooledBuffer][] = [[1, x.buffer], [2, w.buffer], [3, out.buffer], ...(b ? [[4, b.buffer] as [number, PooledBuffer]] : [])];
+  ctx.recorder.dispatch("rmsnorm", { CENTER: true, BIAS: b !== undefined }, [rows, cols, new F32(eps), 1], bindings, rows);
   return out;
 }
 
@@ -62,7 +75,7 @@ function binary(ctx: GpuContext, aT: Tensor, bT: Tensor, op: BinaryOp, alpha = 0
   const out = ctx.output(a.shape);
   ctx.recorder.dispatch(
     "elementwise",
-    { OP_ADD: op === "add", OP_OAI: op === "swigluOai", OP_GELU: op === "geluMul", OP_SOFTCAP: false, OP_RELU2: false },
+    { OP_ADD: op === "add", OP_OAI: op === "swigluOai", OP_GELU: op === "geluMul", OP_SOFTCAP: false, OP_RELU2: false, OP_GELU1: false },
     [n, new F32(alpha), new F32(limit), 0],
     [[1, a.buffer], [2, b.buffer], [3, out.buffer]],
     Math.ceil(n / 256),
@@ -70,15 +83,15 @@ function binary(ctx: GpuContext, aT: Tensor, bT: Tensor, op: BinaryOp, alpha = 0
   return out;
 }
 
-/** The elementwise kernel's unary ops, x bound as both operands: soft-capping, or max(x, 0)². */
-function unary(ctx: GpuContext, xT: Tensor, op: "softcap" | "reluSquared", alpha = 0): Tensor {
+/** The elementwise kernel's unary ops, x bound as both operands: soft-capping, max(x, 0)², or gelu(x). */
+function unary(ctx: GpuContext, xT: Tensor, op: "softcap" | "reluSquared" | "gelu", alpha = 0): Tensor {
   const x = asGpu(xT, `${op} input`, ctx);
   expectActivation(x, `${op} input`);
   const n = numel(x.shape);
   const out = ctx.output(x.shape);
   ctx.recorder.dispatch(
     "elementwise",
-    { OP_ADD: false, OP_OAI: false, OP_GELU: false, OP_SOFTCAP: op === "softcap", OP_RELU2: op === "reluSquared" },
+    { OP_ADD: false, OP_OAI: false, OP_GELU: false, OP_SOFTCAP: op === "softcap", OP_RELU2: op === "reluSquared", OP_GELU1: op === "gelu" },
     [n, new F32(alpha), new F32(0), 0],
     [[1, x.buffer], [2, x.buffer], [3, out.buffer]],
     Math.ceil(n / 256),
@@ -94,6 +107,9 @@ export function softcap(ctx: GpuContext, xT: Tensor, cap: number): Tensor {
 
 /** max(x, 0)² (Backend.reluSquared). */
 export const reluSquared = (ctx: GpuContext, x: Tensor): Tensor => unary(ctx, x, "reluSquared");
+
+/** GELU, tanh approximation (Backend.gelu). */
+export const gelu = (ctx: GpuContext, x: Tensor): Tensor => unary(ctx, x, "gelu");
 
 /** a + b. */
 export const add = (ctx: GpuContext, a: Tensor, b: Tensor): Tensor => binary(ctx, a, b, "add");

@@ -2,9 +2,10 @@
  * The vision tower on a backend: an image's pixels → its embeddings [tokensPerImage, projectionDim],
  * the rows a prompt's image positions take instead of token embeddings (model/forward.ts
  * `inputRows`). Built from the ops every backend has, so it runs wherever the language model does:
- * LayerNorm is a centring matmul (x · (I − 1/d)) then RMS norm (the same arithmetic), its bias folded
- * into the next projection's at upload (or added as rows, for the norms before and after the layers);
- * the encoder's bidirectional attention is paged attention over a scratch cache with every query at
+ * LayerNorm is the backend's `layerNorm` where it has one (WebGPU, the reference), else a centring
+ * matmul (x · (I − 1/d)) then RMS norm (the same arithmetic); the layers' norms' biases are folded
+ * into the next projection's at upload either way. GELU is the backend's `gelu`, else geluMul(x, 1).
+ * The encoder's bidirectional attention is paged attention over a scratch cache with every query at
  * the last position, so nothing is masked.
  */
 import type { AttentionBatch, Backend, Tensor } from "../../backend/types.ts";
@@ -13,9 +14,13 @@ import type { HostTensor } from "../config.ts";
 import { imagePatches } from "./image-preprocess.ts";
 import { type Gemma3Projector, hostValues, type MlpProjector, type VisionConfig, type VisionModel, type VisionNorm } from "./mmproj.ts";
 
-/** A LayerNorm on the device: the weight, and its bias as rows to add (absent where a projection took it). */
+/**
+ * A LayerNorm on the device: the weight, and its bias (absent where a projection took it): a vector
+ * for the backend's layerNorm, or rows to add without it.
+ */
 interface DeviceNorm {
   weight: Tensor;
+  bias?: Tensor;
   biasRows?: Tensor;
 }
 
@@ -47,14 +52,14 @@ export interface DeviceVision {
   patchBias?: Tensor;
   classRow?: Tensor;
   positionEmbedding: Tensor;
-  /** I − 1/d [hidden, hidden]: x · it centres each row. */
-  centring: Tensor;
+  /** I − 1/d [hidden, hidden]: x · it centres each row (a backend without layerNorm). */
+  centring?: Tensor;
   preNorm?: DeviceNorm;
   layers: DeviceVisionLayer[];
   postNorm?: DeviceNorm;
   projector: MlpProjector<Tensor> | Gemma3Projector<Tensor>;
-  /** Ones [positions, ffn] (and for LLaVA's projector [tokens, projectionDim]): GELU is geluMul(x, 1). */
-  onesFfn: Tensor;
+  /** Ones [positions, ffn] (and for LLaVA's projector [tokens, projectionDim]): GELU is geluMul(x, 1) (a backend without gelu). */
+  onesFfn?: Tensor;
   onesOut?: Tensor;
   /** Gemma 3's pooling: for each cell of the pooling square, the patch row each output position takes there. */
   poolRows?: Tensor[];
@@ -90,10 +95,14 @@ export function uploadVision(backend: Backend, model: VisionModel): DeviceVision
     for (let r = 0; r < n; r++) out.set(v, r * v.length);
     return backend.upload(out, [n, v.length]);
   };
-  const outerNorm = (n: VisionNorm<HostTensor>): DeviceNorm => ({ weight: vector(n.weight), biasRows: rowsOf(n.bias, positions) });
-  const centring = new Float32Array(c.hidden * c.hidden).fill(-1 / c.hidden);
-  for (let i = 0; i < c.hidden; i++) centring[i * c.hidden + i] += 1;
-  const f32Bytes = (v: Float32Array) => new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+  const fused = backend.layerNorm !== undefined;
+  const outerNorm = (n: VisionNorm<HostTensor>): DeviceNorm => ({ weight: vector(n.weight), ...(fused ? { bias: vector(n.bias) } : { biasRows: rowsOf(n.bias, positions) }) });
+  const centring = () => {
+    const m = new Float32Array(c.hidden * c.hidden).fill(-1 / c.hidden);
+    for (let i = 0; i < c.hidden; i++) m[i * c.hidden + i] += 1;
+    return backend.uploadWeight(new Uint8Array(m.buffer), [c.hidden, c.hidden], "f32");
+  };
+  const ones = (rows: number, cols: number) => backend.upload(new Float32Array(rows * cols).fill(1), [rows, cols]);
   return {
     config: c,
     positions,
@@ -102,7 +111,7 @@ export function uploadVision(backend: Backend, model: VisionModel): DeviceVision
     ...(w.patchBias ? { patchBias: vector(w.patchBias) } : {}),
     ...(w.classEmbedding ? { classRow: backend.upload(hostValues(w.classEmbedding), [1, c.hidden]) } : {}),
     positionEmbedding: backend.upload(hostValues(w.positionEmbedding), [positions, c.hidden]),
-    centring: backend.uploadWeight(f32Bytes(centring), [c.hidden, c.hidden], "f32"),
+    ...(fused ? {} : { centring: centring() }),
     ...(w.preNorm ? { preNorm: outerNorm(w.preNorm) } : {}),
     ...(w.postNorm ? { postNorm: outerNorm(w.postNorm) } : {}),
     layers: w.layers.map((l) => ({
@@ -118,8 +127,8 @@ export function uploadVision(backend: Backend, model: VisionModel): DeviceVision
     projector: w.projector.kind === "mlp"
       ? { kind: "mlp", w0: matrix(w.projector.w0), b0: vector(w.projector.b0), w2: matrix(w.projector.w2), b2: vector(w.projector.b2) }
       : { kind: "gemma3", norm: vector(w.projector.norm), w: matrix(w.projector.w) },
-    onesFfn: backend.upload(new Float32Array(positions * c.ffn).fill(1), [positions, c.ffn]),
-    ...(w.projector.kind === "mlp" ? { onesOut: backend.upload(new Float32Array(c.tokensPerImage * c.projectionDim).fill(1), [c.tokensPerImage, c.projectionDim]) } : {}),
+    ...(backend.gelu || c.activation !== "gelu" ? {} : { onesFfn: ones(positions, c.ffn) }),
+    ...(w.projector.kind === "mlp" && !backend.gelu ? { onesOut: ones(c.tokensPerImage, c.projectionDim) } : {}),
     ...(c.pooling ? { poolRows: poolRows(backend, c.imageSize / c.patchSize, c.pooling) } : {}),
   };
 }
@@ -139,7 +148,7 @@ function poolRows(backend: Backend, grid: number, k: number): Tensor[] {
 
 /** Frees every tensor {@link uploadVision} made. */
 export function freeVision(backend: Backend, v: DeviceVision): void {
-  const norms = (n: DeviceNorm | undefined) => (n ? [n.weight, ...(n.biasRows ? [n.biasRows] : [])] : []);
+  const norms = (n: DeviceNorm | undefined) => (n ? [n.weight, n.bias, n.biasRows] : []);
   const all = [
     v.patchEmbedding, v.patchBias, v.classRow, v.positionEmbedding, v.centring, ...norms(v.preNorm), ...norms(v.postNorm),
     ...v.layers.flatMap((l) => [...norms(l.norm1), l.wq, l.bq, l.wk, l.bk, l.wv, l.bv, l.wo, l.bo, ...norms(l.norm2), l.wUp, l.bUp, l.wDown, l.bDown]),
@@ -162,18 +171,19 @@ export function writeRows(backend: Backend, x: Tensor, rows: Tensor, values: Ten
   backend.kvWrite(v, v, cache, cache, rows);
 }
 
-/** LayerNorm of x [rows, hidden]: centred by a matmul, RMS-normed with the weight, the bias added where it is not folded. */
+/** LayerNorm of x [rows, hidden]: the backend's, or centred by a matmul and RMS-normed with the weight, the bias added where it is not folded. */
 function layerNorm(backend: Backend, v: DeviceVision, x: Tensor, norm: DeviceNorm, s: Scratch): Tensor {
-  const centred = s.keep(backend.matmul(x, v.centring));
+  if (backend.layerNorm) return backend.layerNorm(x, norm.weight, norm.bias, v.config.eps);
+  const centred = s.keep(backend.matmul(x, v.centring!));
   const normed = backend.rmsnorm(centred, norm.weight, v.config.eps);
   if (!norm.biasRows) return normed;
   s.keep(normed);
   return backend.add(normed, norm.biasRows);
 }
 
-/** GELU (tanh form) or quick GELU, x · σ(1.702x), of x [rows, width] with `ones` of its shape. */
-function activate(backend: Backend, x: Tensor, kind: VisionConfig["activation"], ones: Tensor, s: Scratch): Tensor {
-  if (kind === "gelu") return backend.geluMul(x, ones);
+/** GELU (tanh form; the backend's, or geluMul with `ones` of x's shape) or quick GELU, x · σ(1.702x), of x [rows, width]. */
+function activate(backend: Backend, x: Tensor, kind: VisionConfig["activation"], ones: Tensor | undefined, s: Scratch): Tensor {
+  if (kind === "gelu") return backend.gelu ? backend.gelu(x) : backend.geluMul(x, ones!);
   if (!backend.sigmoidMul) throw new RangeError("This backend has no sigmoidMul, which quick GELU needs");
   return backend.sigmoidMul(s.keep(scaled(backend, x, 1.702)), x);
 }
@@ -249,7 +259,7 @@ export function encodeImage(backend: Backend, v: DeviceVision, pixels: Float32Ar
       return backend.matmul(s.keep(backend.rmsnorm(pooled, p.norm, c.eps)), p.w);
     }
     const hidden = s.keep(backend.matmul(features, p.w0, p.b0));
-    const act = s.keep(backend.geluMul(hidden, v.onesOut!));
+    const act = s.keep(activate(backend, hidden, "gelu", v.onesOut, s));
     return backend.matmul(act, p.w2, p.b2);
   } finally {
     s.release();
