@@ -1,33 +1,11 @@
 /** Workers as separate processes over TCP (`worker --listen`), driven by a cluster in this process. */
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
-import { projectRoot, test } from "../harness.ts";
+import { test } from "../harness.ts";
+import { startWorker } from "../worker-process.ts";
 import { parseAddress, startTcpCluster } from "../../src/cluster/create-cluster.ts";
 import { RemoteWorkerError } from "../../src/cluster/remote-engine.ts";
 import { WorkerAuthError } from "../../src/cluster/worker-auth.ts";
 import { greedy, model, modelPath, oneEngine, run, STORY } from "./fixtures.ts";
-
-/** Starts `worker --listen 127.0.0.1:0` under Node (with `token` in its environment); resolves with its address once it listens. */
-function startWorker(token?: string): Promise<{ addr: string; child: ChildProcess; log: () => string }> {
-  const child = spawn("node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/worker.ts`, "--listen", "127.0.0.1:0"], {
-    cwd: projectRoot, stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, NODE_OPTIONS: "", EVOLVING_WORKER_TOKEN: token ?? "" },
-  });
-  let log = "";
-  // The deadline only turns a start that hangs into a failure: generous, as a loaded CI machine is slow.
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  return new Promise<{ addr: string; child: ChildProcess; log: () => string }>((resolve, reject) => {
-    child.stderr!.on("data", (d: Uint8Array) => {
-      log += new TextDecoder().decode(d);
-      const m = /listening on (\S+)/.exec(log);
-      if (m) resolve({ addr: m[1], child, log: () => log });
-    });
-    child.on("exit", (code) => reject(new Error(`worker exited with ${code}: ${log}`)));
-    timer = setTimeout(() => {
-      child.kill("SIGKILL");
-      reject(new Error(`worker did not listen within 120 s: ${log}`));
-    }, 120_000);
-  }).finally(() => clearTimeout(timer));
-}
 
 test("startTcpCluster() drives worker processes over TCP and moves a prefill's KV between them", async () => {
   const expected = await oneEngine(greedy(STORY));

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
-import { type ChildProcess, spawn } from "node:child_process";
+import { startWorker } from "../worker-process.ts";
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
 import { projectRoot, test } from "../harness.ts";
@@ -122,28 +122,6 @@ test("startServer() without a projector refuses images by name", async () => {
     assert.match(r.message, /This model reads text only: image parts need a vision projector, loaded with --mmproj/);
   }, false);
 });
-
-/** Starts `worker --listen 127.0.0.1:0` under Node; resolves with its address once it listens. */
-function startWorker(): Promise<{ addr: string; child: ChildProcess }> {
-  const child = spawn("node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/worker.ts`, "--listen", "127.0.0.1:0"], {
-    cwd: projectRoot, stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, NODE_OPTIONS: "", EVOLVING_WORKER_TOKEN: "" },
-  });
-  let log = "";
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  return new Promise<{ addr: string; child: ChildProcess }>((resolve, reject) => {
-    child.stderr!.on("data", (d: Uint8Array) => {
-      log += new TextDecoder().decode(d);
-      const m = /listening on (\S+)/.exec(log);
-      if (m) resolve({ addr: m[1], child });
-    });
-    child.on("exit", (code) => reject(new Error(`worker exited with ${code}: ${log}`)));
-    // Only turns a start that hangs into a failure: generous, as a loaded CI machine is slow.
-    timer = setTimeout(() => {
-      child.kill("SIGKILL");
-      reject(new Error(`worker did not listen within 120 s: ${log}`));
-    }, 120_000);
-  }).finally(() => clearTimeout(timer));
-}
 
 /** Greedy answers to image prompts (one repeated) from a server started with `o` and the projector. */
 async function clusterAnswers(o: Partial<Parameters<typeof startServer>[0]>): Promise<string[]> {
