@@ -31,7 +31,13 @@ export function imageFromUrl(url: string, param: string): DecodedImage {
   if (!m[2].toLowerCase().split(";").includes("base64")) throw bad(`An image data URL should be base64-encoded, got ${JSON.stringify(url.slice(0, m[0].length))}`);
   const payload = url.slice(m[0].length);
   if (!/^[A-Za-z0-9+/=\s_-]*$/.test(payload)) throw bad("An image data URL's payload is not base64");
-  const bytes = Uint8Array.from(atob(payload.replace(/\s/g, "").replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
+  let text: string;
+  try {
+    text = atob(payload.replace(/\s/g, "").replace(/-/g, "+").replace(/_/g, "/"));
+  } catch {
+    throw bad("An image data URL's payload is not base64 (its length or padding is wrong)");
+  }
+  const bytes = Uint8Array.from(text, (c) => c.charCodeAt(0));
   const kind = sniffImageType(bytes);
   if (kind !== "png" && kind !== "jpeg") {
     throw bad(kind === undefined ? `An image's data is not an image this server reads (${bytes.length} bytes; PNG and JPEG)` : `${kind.toUpperCase()} images are not read yet; send PNG or JPEG`);

@@ -97,6 +97,7 @@ test("startServer({ mmproj }) answers 400 naming what it cannot read: remote URL
       [[image("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAA")], /The image is not a readable PNG: /],
       [[image("data:image/png,rawbytes")], /should be base64-encoded/],
       [[image("not a url")], /should be a base64 data URL/],
+      [[image("data:image/png;base64,a")], /payload is not base64 \(its length or padding is wrong\)/],
       [[{ type: "text", text: "see <__media__>" }, image(pngUrl(1))], /2 image markers \("<__media__>"\) for 1 images/],
     ];
     for (const [parts, pattern] of cases) {
