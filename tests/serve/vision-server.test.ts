@@ -231,3 +231,40 @@ test("encodeWithImages() places each image's positions at its marker, Gemma 3's 
     await s.shutdown();
   }
 });
+
+test("startServer({ mmproj }) answers broken images with 400s, never 5xx (200 random data URLs: PNG and JPEG signatures before random bytes, cut valid files, bad base64)", async () => {
+  let seed = 7;
+  const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  const valid = Uint8Array.from(atob(pngUrl(9).slice("data:image/png;base64,".length)), (c) => c.charCodeAt(0));
+  const b64 = (bytes: Uint8Array) => btoa(String.fromCharCode(...bytes));
+  const urls: string[] = [];
+  for (let i = 0; i < 200; i++) {
+    const kind = i % 4;
+    const noise = Uint8Array.from({ length: Math.floor(rand() * 200) }, () => Math.floor(rand() * 256));
+    if (kind === 0) urls.push(`data:image/png;base64,${b64(Uint8Array.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, ...noise]))}`);
+    else if (kind === 1) urls.push(`data:image/jpeg;base64,${b64(Uint8Array.from([0xff, 0xd8, 0xff, ...noise]))}`);
+    else if (kind === 2) {
+      // A valid PNG cut short or with one byte changed.
+      const cut = valid.slice(0, Math.floor(rand() * valid.length));
+      if (cut.length > 0 && rand() < 0.5) cut[Math.floor(rand() * cut.length)] ^= 1 + Math.floor(rand() * 255);
+      urls.push(`data:image/png;base64,${b64(cut)}`);
+    } else {
+      // Any printable text, or the base64 alphabet at any length (a length of 4k + 1 is no base64).
+      const alphabet = rand() < 0.5 ? "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/" : undefined;
+      urls.push(`data:image/png;base64,${String.fromCharCode(...noise.map((n) => (alphabet ? alphabet.charCodeAt(n % 64) : 33 + (n % 90))))}`);
+    }
+  }
+  await withServer(async (_client, url) => {
+    const statuses = new Map<number, number>();
+    for (const u of urls) {
+      const res = await fetch(`${url}/v1/chat/completions`, {
+        method: "POST", headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "stories260K", max_tokens: 1, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: u } }] }] }),
+      });
+      await res.body?.cancel();
+      statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+      assert.ok(res.status < 500, `${res.status} for ${u.slice(0, 60)}…`);
+    }
+    assert.ok((statuses.get(400) ?? 0) > 150, JSON.stringify([...statuses]));
+  });
+});
