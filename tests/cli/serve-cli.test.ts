@@ -326,3 +326,34 @@ test("serve CLI keeps only GPT-OSS's sliding windows with --sliding-window-kv wi
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("serve CLI --mmproj names the projector in its startup line and answers an image, and exits 2 naming a projector file that is not there", async () => {
+  const { mkdtempSync, rmSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { writeMmproj } = await import("../model/vision-files.ts");
+  const { encodePng } = await import("../../src/model/vision/png.ts");
+  const dir = mkdtempSync(`${tmpdir()}/serve-mmproj-`);
+  try {
+    const mmproj = `${dir}/mmproj.gguf`;
+    writeMmproj(mmproj, { lmHidden: 64, seed: 61, imageSize: 28, patchSize: 14 });
+    const { child, url, stderr, exited } = await spawnServe("node", ["--port", "0", "--backend", "reference", "--kv-blocks", "16", "--mmproj", mmproj]);
+    try {
+      assert.match(stderr(), new RegExp(`; images with the projector ${mmproj.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")}`));
+      const png = encodePng({ width: 4, height: 4, rgb: new Uint8Array(48).fill(200) });
+      const res = await fetch(`${url}/v1/chat/completions`, {
+        method: "POST", headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "stories260K", max_tokens: 3, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: `data:image/png;base64,${btoa(String.fromCharCode(...png))}` } }] }] }),
+      });
+      assert.equal(res.status, 200, await res.clone().text());
+      assert.ok(((await res.json()) as { usage: { prompt_tokens: number } }).usage.prompt_tokens >= 4);
+    } finally {
+      child.kill("SIGKILL");
+      await exited;
+    }
+    const r = serve(["--port", "0", "--backend", "reference", "--mmproj", `${dir}/none.gguf`]);
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, /serve: Projector file not found: ".*none\.gguf"/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
