@@ -268,3 +268,27 @@ test("startServer({ mmproj }) answers broken images with 400s, never 5xx (200 ra
     assert.ok((statuses.get(400) ?? 0) > 150, JSON.stringify([...statuses]));
   });
 });
+
+test("startServer({ mmproj }) keeps a stored response's image for the next turn: previous_response_id answers from it, its prefix cached through the image", async () => {
+  await withServer(async (client) => {
+    const first = await client.responses.create({
+      model: "stories260K", max_output_tokens: 4, temperature: 0,
+      input: [{ role: "user", content: [{ type: "input_text", text: "Once upon a time" }, { type: "input_image", image_url: pngUrl(11), detail: "auto" }] }],
+    });
+    const next = (image: number) => client.responses.create({ model: "stories260K", max_output_tokens: 4, temperature: 0, previous_response_id: first.id, input: `and then ${image}` });
+    const second = await next(1);
+    // The stored turn's image is in the second prompt, cached through it (16 positions and the text before).
+    assert.ok((second.usage?.input_tokens ?? 0) > (first.usage?.input_tokens ?? 0));
+    assert.ok((second.usage?.input_tokens_details?.cached_tokens ?? 0) >= 16, `cached ${second.usage?.input_tokens_details?.cached_tokens}`);
+    // A turn sent whole with another image there misses from that image on.
+    const other = await client.responses.create({
+      model: "stories260K", max_output_tokens: 4, temperature: 0,
+      input: [
+        { role: "user", content: [{ type: "input_text", text: "Once upon a time" }, { type: "input_image", image_url: pngUrl(12), detail: "auto" }] },
+        { role: "assistant", content: first.output_text },
+        { role: "user", content: "and then 1" },
+      ],
+    });
+    assert.ok((other.usage?.input_tokens_details?.cached_tokens ?? 0) < (second.usage?.input_tokens_details?.cached_tokens ?? 0));
+  });
+});
