@@ -32,7 +32,7 @@ export interface MmprojSpec {
   legacyFfnNames?: boolean;
   featureLayers?: number[];
   projectorType?: string;
-  /** Gemma 3's pooling square's side (clip.vision.projector.scale_factor; absent: the default, 4). */
+  /** Gemma 3's pooling square's side, Idefics3's shuffle's (clip.vision.projector.scale_factor; absent: the defaults, 4 and 3). */
   pooling?: number;
   /** The patch convolution in f16, as converters store it (default true). */
   f16Patch?: boolean;
@@ -81,7 +81,9 @@ export function writeMmproj(path: string, spec: MmprojSpec): Map<string, Float32
     add(`${p}.${down}.bias`, [hidden], 0.1);
   }
   if (spec.postNorm) norm("v.post_ln");
-  if (spec.projectorType === "gemma3") {
+  if (spec.projectorType === "idefics3") {
+    add("mm.model.fc.weight", [spec.lmHidden, hidden * (spec.pooling ?? 3) ** 2], 0.2);
+  } else if (spec.projectorType === "gemma3") {
     add("mm.soft_emb_norm.weight", [hidden], 0.2, 1);
     // Stored for x · W, as Gemma 3's checkpoint and llama.cpp's converter keep it.
     add("mm.input_projection.weight", [hidden, spec.lmHidden], 0.3);
@@ -194,6 +196,18 @@ export function hostVision(model: VisionModel, pixels: Float32Array, written?: M
   if (w.postNorm) x = layerNorm(x, n, w.postNorm, c.eps);
   const features = cls ? x.slice(d) : x;
   const p = w.projector;
+  if (p.kind === "idefics3") {
+    // transformers' pixel_shuffle written out: position (Y, X) takes patches (Y·s + dy, X·s + dx), dy then dx.
+    const s = c.shuffle!, side = grid / s, wide = d * s * s;
+    const shuffled = new Float32Array(side * side * wide);
+    for (let Y = 0; Y < side; Y++) for (let X = 0; X < side; X++) {
+      for (let dy = 0; dy < s; dy++) for (let dx = 0; dx < s; dx++) {
+        const patch = (Y * s + dy) * grid + X * s + dx;
+        shuffled.set(features.subarray(patch * d, (patch + 1) * d), (Y * side + X) * wide + (dy * s + dx) * d);
+      }
+    }
+    return linear(shuffled, side * side, p.w, undefined);
+  }
   if (p.kind === "gemma3") {
     // Average each k × k square of the g × g patch grid, RMS-norm with the weight, then x · W.
     const k = c.pooling!, side = grid / k, cells = side * side, lm = c.projectionDim;

@@ -82,6 +82,16 @@ test("loadVisionModel() reads a Gemma 3 projector file: all layers, pooled posit
   await expectLoadError(loadVisionModel(mmproj({ lmHidden: 48, seed: 5, projectorType: "gemma3", clip: false, imageSize: 56, patchSize: 7 }), 64), /embeddings 48 wide; the language model's are 64/);
 });
 
+test("loadVisionModel() reads an Idefics3 (SmolVLM) projector file: all layers, shuffled positions, its global image's wrap, causal images", async () => {
+  const m = await loadVisionModel(mmproj({ lmHidden: 64, seed: 6, projectorType: "idefics3", clip: false, postNorm: true, gelu: true, imageSize: 48, patchSize: 8, layers: 2, pooling: 2 }), 64);
+  const c = m.config;
+  assert.deepEqual([c.projector, c.layers, c.shuffle, c.tokensPerImage, c.bidirectional, c.preprocess.padToSquare], ["idefics3", 2, 2, 9, false, false]);
+  assert.deepEqual(c.wrap, { before: "<fake_token_around_image><global-img>", after: "<fake_token_around_image>" });
+  assert.ok(m.weights.projector.kind === "idefics3");
+  assert.deepEqual(m.weights.projector.w.shape, [64, 32 * 4]);
+  await expectLoadError(loadVisionModel(mmproj({ lmHidden: 64, seed: 6, projectorType: "idefics3", clip: false, imageSize: 48, patchSize: 8, pooling: 4 }), 64), /shuffles 4 × 4 patches, which do not divide its 6 × 6 grid/);
+});
+
 test("loadVisionModel() takes the legacy converter's swapped ffn_up/ffn_down names by their shapes", async () => {
   const plain = await loadVisionModel(mmproj({ lmHidden: 64, seed: 3 }), 64);
   const legacy = await loadVisionModel(mmproj({ lmHidden: 64, seed: 3, legacyFfnNames: true }), 64);
@@ -91,7 +101,7 @@ test("loadVisionModel() takes the legacy converter's swapped ffn_up/ffn_down nam
 });
 
 test("loadVisionModel() refuses other projectors, another model's width, missing tensors, stacked feature layers and language-model files by name", async () => {
-  await expectLoadError(loadVisionModel(mmproj({ lmHidden: 64, seed: 4, projectorType: "qwen2vl" }), 64), /projector type "qwen2vl"; this engine runs "mlp", "gemma3"/);
+  await expectLoadError(loadVisionModel(mmproj({ lmHidden: 64, seed: 4, projectorType: "qwen2vl" }), 64), /projector type "qwen2vl"; this engine runs "mlp", "gemma3", "idefics3"/);
   await expectLoadError(loadVisionModel(mmproj({ lmHidden: 48, seed: 4 }), 64), /embeddings 48 wide; the language model's are 64/);
   await expectLoadError(loadVisionModel(mmproj({ lmHidden: 64, seed: 4, omit: ["v.blk.1.attn_k.bias"] }), 64), /lacks the tensor "v\.blk\.1\.attn_k\.bias"/);
   await expectLoadError(loadVisionModel(mmproj({ lmHidden: 64, seed: 4, featureLayers: [1, 3] }), 64), /stacks the states of layers \[1, 3\]/);
@@ -121,9 +131,11 @@ const TOWERS: [string, MmprojSpec][] = [
   ["a 3 × 3 grid of 8-pixel patches, legacy names, f32 patches", { lmHidden: 64, seed: 13, imageSize: 24, patchSize: 8, legacyFfnNames: true, f16Patch: false }],
   ["Gemma 3 (SigLIP, 8 × 8 patches pooled 4 × 4, RMS norm, x · W)", { lmHidden: 64, seed: 16, projectorType: "gemma3", clip: false, postNorm: true, gelu: true, imageSize: 56, patchSize: 7 }],
   ["Gemma 3 pooled 2 × 2 (clip.vision.projector.scale_factor)", { lmHidden: 64, seed: 17, projectorType: "gemma3", clip: false, postNorm: true, gelu: true, imageSize: 56, patchSize: 7, pooling: 2 }],
+  ["Idefics3 (SmolVLM: 6 × 6 patches shuffled 3 × 3)", { lmHidden: 64, seed: 19, projectorType: "idefics3", clip: false, postNorm: true, gelu: true, imageSize: 48, patchSize: 8 }],
+  ["Idefics3 shuffled 2 × 2", { lmHidden: 64, seed: 20, projectorType: "idefics3", clip: false, postNorm: true, gelu: true, imageSize: 48, patchSize: 8, pooling: 2 }],
 ];
 
-test("encodeImage() on the reference backend gives the tower's arithmetic written out on the host, for CLIP, SigLIP and Gemma 3 towers", async () => {
+test("encodeImage() on the reference backend gives the tower's arithmetic written out on the host, for CLIP, SigLIP, Gemma 3 and Idefics3 towers", async () => {
   for (const [what, spec] of TOWERS) {
     const path = mmproj(spec);
     const model = await loadVisionModel(path, 64);

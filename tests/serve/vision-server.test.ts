@@ -206,7 +206,7 @@ test("startServer({ mmproj }) reads images in the Responses API (input_image, a 
   });
 });
 
-test("encodeWithImages() places each image's positions at its marker, Gemma 3's between its start and end text; startServer serves Gemma 3's tower", async () => {
+test("encodeWithImages() places each image's positions at its marker, Gemma 3's between its start and end text, SmolVLM's between its fake tokens; startServer serves Gemma 3's tower", async () => {
   const gemmaPath = await writeTestGguf(dir, "gemma3", { architecture: "gemma3", hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: true, dtype: "f32", seed: 44 });
   const gemmaProj = `${dir}/mmproj-gemma3.gguf`;
   writeMmproj(gemmaProj, { lmHidden: 32, seed: 45, projectorType: "gemma3", clip: false, postNorm: true, gelu: true, imageSize: 56, patchSize: 7, pooling: 2 });
@@ -221,6 +221,15 @@ test("encodeWithImages() places each image's positions at its marker, Gemma 3's 
   assert.deepEqual(prompt.slice(0, before.length), before);
   assert.deepEqual(prompt.slice(before.length + 16), enc("<end_of_image>\n\nthen"));
   assert.deepEqual(prompt.slice(before.length, before.length + 16), imageTokenIds(images[0].key, 16, 300));
+  // SmolVLM's global image between its fake tokens, as llama.cpp writes it.
+  const smolProj = `${dir}/mmproj-idefics3.gguf`;
+  writeMmproj(smolProj, { lmHidden: 64, seed: 46, projectorType: "idefics3", clip: false, postNorm: true, gelu: true, imageSize: 48, patchSize: 8 });
+  const smol = await loadModel(modelPath, { mmproj: smolProj });
+  const smolPlaced = encodeWithImages(smol, `a${IMAGE_MARKER}b`, [picture], false, "messages");
+  const smolEnc = (t: string) => smol.tokenizer.encode(t, { addBos: false });
+  const smolBefore = [...smolEnc("a"), ...smolEnc("<fake_token_around_image><global-img>")];
+  assert.equal(smolPlaced.images[0].start, smolBefore.length);
+  assert.deepEqual(smolPlaced.prompt.slice(smolBefore.length + 4), smolEnc("<fake_token_around_image>b"));
   const s = await startServer({ modelPath: gemmaPath, mmproj: gemmaProj, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64 });
   try {
     const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "unused", maxRetries: 0 });

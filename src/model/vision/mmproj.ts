@@ -4,8 +4,9 @@
  * embedding, learned positions, an optional class token and pre-norm, pre-norm encoder layers with
  * LayerNorm, biased projections and GELU) and a projector into the language model's embedding width:
  * LLaVA's (`mlp`: linear, GELU, linear) or Gemma 3's (`gemma3`: the patch grid average-pooled 4 × 4,
- * an RMS norm, one matrix; its images attend to themselves both ways in the language model). Other
- * projector types are refused by name.
+ * an RMS norm, one matrix; its images attend to themselves both ways in the language model) or
+ * Idefics3's (`idefics3`, SmolVLM's: each 4 × 4 square of patches shuffled into one position's
+ * features, one matrix). Other projector types are refused by name.
  */
 import { encodeFromF32 } from "../../backend/dtype-codec.ts";
 import { decodeToF32 } from "../../backend/dtype-codec.ts";
@@ -16,7 +17,7 @@ import { type GgufTensorInfo, readGgufHeader, readGgufTensor } from "../gguf-rea
 import type { PreprocessSpec } from "./image-preprocess.ts";
 
 /** The projector types this engine runs (llama.cpp's `clip.projector_type`). */
-export const VISION_PROJECTORS = ["mlp", "gemma3"] as const;
+export const VISION_PROJECTORS = ["mlp", "gemma3", "idefics3"] as const;
 /** {@link VISION_PROJECTORS}. */
 export type VisionProjector = typeof VISION_PROJECTORS[number];
 
@@ -44,6 +45,8 @@ export interface VisionConfig {
   tokensPerImage: number;
   /** Gemma 3: the side of the square of patches averaged into one position (4: 64 × 64 patches → 256). */
   pooling?: number;
+  /** Idefics3: the side of the square of patches whose features one position takes side by side (4: 32 × 32 patches → 64). */
+  shuffle?: number;
   /**
    * The image's positions attend to each other both ways in the language model (Gemma 3, as
    * llama.cpp's non-causal image batches): an image is computed in one step (the scheduler does not
@@ -91,7 +94,13 @@ export interface VisionWeights<T> {
   layers: VisionLayer<T>[];
   postNorm?: VisionNorm<T>;
   /** The projector ({@link VisionProjector}). */
-  projector: MlpProjector<T> | Gemma3Projector<T>;
+  projector: MlpProjector<T> | Gemma3Projector<T> | Idefics3Projector<T>;
+}
+
+/** Idefics3's (SmolVLM's): after the pixel shuffle, one matrix [projectionDim, hidden · shuffle²], no bias. */
+export interface Idefics3Projector<T> {
+  kind: "idefics3";
+  w: T;
 }
 
 /** LLaVA's projector: mm.0 (hidden → projectionDim), GELU, mm.2 (projectionDim → projectionDim). */
@@ -139,7 +148,7 @@ function projectorOf(meta: GgufMetadata, path: string): VisionProjector {
   const named = meta.has("clip.vision.projector_type") ? meta.string("clip.vision.projector_type") : meta.has("clip.projector_type") ? meta.string("clip.projector_type") : meta.bool("clip.has_llava_projector", false) ? "mlp" : undefined;
   if (named === undefined) throw new ModelLoadError(`Projector file "${path}" names no projector type (clip.projector_type)`);
   if (!(VISION_PROJECTORS as readonly string[]).includes(named)) {
-    throw new ModelLoadError(`Projector file "${path}" has projector type "${named}"; this engine runs ${VISION_PROJECTORS.map((p) => `"${p}"`).join(", ")} (LLaVA's and Gemma 3's)`);
+    throw new ModelLoadError(`Projector file "${path}" has projector type "${named}"; this engine runs ${VISION_PROJECTORS.map((p) => `"${p}"`).join(", ")} (LLaVA's, Gemma 3's and SmolVLM's)`);
   }
   return named as VisionProjector;
 }
@@ -211,20 +220,25 @@ export async function loadVisionModel(path: string, lmHidden: number): Promise<V
       const ffnPair = await feedForward(tensors, p, hidden, ffn, path, read);
       layers.push({ norm1: await norm(`${p}.ln1`), wq: q.w, bq: q.b, wk: k.w, bk: k.b, wv: v.w, bv: v.b, wo: o.w, bo: o.b, norm2: await norm(`${p}.ln2`), ...ffnPair });
     }
-    const out = projector === "mlp" ? tensors.get("mm.0.weight")?.shape[0] : tensors.get("mm.input_projection.weight")?.shape[1];
+    const out = projector === "mlp" ? tensors.get("mm.0.weight")?.shape[0] : projector === "gemma3" ? tensors.get("mm.input_projection.weight")?.shape[1] : tensors.get("mm.model.fc.weight")?.shape[0];
     if (out !== undefined && out !== lmHidden) {
       throw new ModelLoadError(`Projector file "${path}" gives embeddings ${out} wide; the language model's are ${lmHidden} (is it this model's mmproj file?)`);
     }
     // Gemma 3 averages each 4 × 4 square of patches into one position (clip.vision.projector.scale_factor where a file sets another).
     const pooling = projector === "gemma3" ? int("clip.vision.projector.scale_factor", 4) : undefined;
     if (pooling !== undefined && grid % pooling !== 0) throw new ModelLoadError(`Projector file "${path}" pools ${pooling} × ${pooling} patches, which do not divide its ${grid} × ${grid} grid`);
+    // Idefics3 shuffles each square of patches into one position (SmolVLM's files set 4; its default is 3 as transformers').
+    const shuffle = projector === "idefics3" ? int("clip.vision.projector.scale_factor", 3) : undefined;
+    if (shuffle !== undefined && grid % shuffle !== 0) throw new ModelLoadError(`Projector file "${path}" shuffles ${shuffle} × ${shuffle} patches, which do not divide its ${grid} × ${grid} grid`);
     const weights: VisionWeights<HostTensor> = {
       patchEmbedding: { ...conv, shape: [hidden, 3 * patchSize * patchSize] },
       positionEmbedding: await read("v.position_embd.weight", [positions, hidden]),
       layers,
       projector: projector === "mlp"
         ? { kind: "mlp", w0: await read("mm.0.weight", [lmHidden, hidden]), b0: await read("mm.0.bias", [lmHidden]), w2: await read("mm.2.weight", [lmHidden, lmHidden]), b2: await read("mm.2.bias", [lmHidden]) }
-        : { kind: "gemma3", norm: await read("mm.soft_emb_norm.weight", [hidden]), w: transposed(await read("mm.input_projection.weight", [hidden, lmHidden])) },
+        : projector === "gemma3"
+        ? { kind: "gemma3", norm: await read("mm.soft_emb_norm.weight", [hidden]), w: transposed(await read("mm.input_projection.weight", [hidden, lmHidden])) }
+        : { kind: "idefics3", w: await read("mm.model.fc.weight", [lmHidden, hidden * shuffle! * shuffle!]) },
     };
     const patchBias = await optional("v.patch_embd.bias", [hidden]);
     if (patchBias) weights.patchBias = patchBias;
@@ -244,9 +258,11 @@ export async function loadVisionModel(path: string, lmHidden: number): Promise<V
         // LLaVA pads to a square (expand2square); Gemma 3's processor resizes the whole image to the square.
         padToSquare: projector === "mlp",
       },
-      tokensPerImage: pooling ? (grid / pooling) ** 2 : grid * grid,
+      tokensPerImage: pooling ? (grid / pooling) ** 2 : shuffle ? (grid / shuffle) ** 2 : grid * grid,
       bidirectional: projector === "gemma3",
       ...(pooling ? { pooling, wrap: { before: "\n\n<start_of_image>", after: "<end_of_image>\n\n" } } : {}),
+      // SmolVLM's global image as llama.cpp writes it (one image, no tiles).
+      ...(shuffle ? { shuffle, wrap: { before: "<fake_token_around_image><global-img>", after: "<fake_token_around_image>" } } : {}),
     };
     if (config.preprocess.std.some((s) => s === 0)) throw new ModelLoadError(`GGUF metadata "clip.vision.image_std" in "${path}" holds a zero`);
     return { config, weights, source: path };

@@ -12,7 +12,7 @@ import type { AttentionBatch, Backend, Tensor } from "../../backend/types.ts";
 import { Scratch, scaled } from "../forward-layers.ts";
 import type { HostTensor } from "../config.ts";
 import { imagePatches } from "./image-preprocess.ts";
-import { type Gemma3Projector, hostValues, type MlpProjector, type VisionConfig, type VisionModel, type VisionNorm } from "./mmproj.ts";
+import { type Gemma3Projector, hostValues, type Idefics3Projector, type MlpProjector, type VisionConfig, type VisionModel, type VisionNorm } from "./mmproj.ts";
 
 /**
  * A LayerNorm on the device: the weight, and its bias (absent where a projection took it): a vector
@@ -57,12 +57,14 @@ export interface DeviceVision {
   preNorm?: DeviceNorm;
   layers: DeviceVisionLayer[];
   postNorm?: DeviceNorm;
-  projector: MlpProjector<Tensor> | Gemma3Projector<Tensor>;
+  projector: MlpProjector<Tensor> | Gemma3Projector<Tensor> | Idefics3Projector<Tensor>;
   /** Ones [positions, ffn] (and for LLaVA's projector [tokens, projectionDim]): GELU is geluMul(x, 1) (a backend without gelu). */
   onesFfn?: Tensor;
   onesOut?: Tensor;
   /** Gemma 3's pooling: for each cell of the pooling square, the patch row each output position takes there. */
   poolRows?: Tensor[];
+  /** Idefics3's pixel shuffle: the patch rows in the order their features sit side by side, each position's square together. */
+  shuffleRows?: Tensor;
 }
 
 /** b + W · β: a projection's bias once the norm before it adds β (W [out, in]). */
@@ -126,11 +128,29 @@ export function uploadVision(backend: Backend, model: VisionModel): DeviceVision
     })),
     projector: w.projector.kind === "mlp"
       ? { kind: "mlp", w0: matrix(w.projector.w0), b0: vector(w.projector.b0), w2: matrix(w.projector.w2), b2: vector(w.projector.b2) }
-      : { kind: "gemma3", norm: vector(w.projector.norm), w: matrix(w.projector.w) },
+      : w.projector.kind === "gemma3"
+      ? { kind: "gemma3", norm: vector(w.projector.norm), w: matrix(w.projector.w) }
+      : { kind: "idefics3", w: matrix(w.projector.w) },
     ...(backend.gelu || c.activation !== "gelu" ? {} : { onesFfn: ones(positions, c.ffn) }),
     ...(w.projector.kind === "mlp" && !backend.gelu ? { onesOut: ones(c.tokensPerImage, c.projectionDim) } : {}),
     ...(c.pooling ? { poolRows: poolRows(backend, c.imageSize / c.patchSize, c.pooling) } : {}),
+    ...(c.shuffle ? { shuffleRows: shuffleRows(backend, c.imageSize / c.patchSize, c.shuffle) } : {}),
   };
+}
+
+/**
+ * Idefics3's pixel shuffle as a row order (transformers' `pixel_shuffle`): position (Y, X) of the
+ * (g / s)² takes the s × s patches (Y·s + dy, X·s + dx) side by side, dy then dx, so its features
+ * are rows t·s² … t·s² + s² − 1 of the gathered patches, read as one row of s² · hidden.
+ */
+function shuffleRows(backend: Backend, grid: number, s: number): Tensor {
+  const side = grid / s;
+  const rows = new Int32Array(grid * grid);
+  for (let t = 0; t < side * side; t++) {
+    const [Y, X] = [Math.floor(t / side), t % side];
+    for (let dy = 0; dy < s; dy++) for (let dx = 0; dx < s; dx++) rows[t * s * s + dy * s + dx] = (Y * s + dy) * grid + X * s + dx;
+  }
+  return backend.upload(rows, [rows.length]);
 }
 
 /** For each (dy, dx) of a k × k pooling square, the patch of each pooled cell there (raster order both): g × g patches → (g / k)² cells. */
@@ -152,8 +172,8 @@ export function freeVision(backend: Backend, v: DeviceVision): void {
   const all = [
     v.patchEmbedding, v.patchBias, v.classRow, v.positionEmbedding, v.centring, ...norms(v.preNorm), ...norms(v.postNorm),
     ...v.layers.flatMap((l) => [...norms(l.norm1), l.wq, l.bq, l.wk, l.bk, l.wv, l.bv, l.wo, l.bo, ...norms(l.norm2), l.wUp, l.bUp, l.wDown, l.bDown]),
-    ...(v.projector.kind === "mlp" ? [v.projector.w0, v.projector.b0, v.projector.w2, v.projector.b2] : [v.projector.norm, v.projector.w]),
-    v.onesFfn, v.onesOut, ...(v.poolRows ?? []),
+    ...(v.projector.kind === "mlp" ? [v.projector.w0, v.projector.b0, v.projector.w2, v.projector.b2] : v.projector.kind === "gemma3" ? [v.projector.norm, v.projector.w] : [v.projector.w]),
+    v.onesFfn, v.onesOut, ...(v.poolRows ?? []), v.shuffleRows,
   ];
   for (const t of all) if (t) backend.free(t);
 }
@@ -248,6 +268,10 @@ export function encodeImage(backend: Backend, v: DeviceVision, pixels: Float32Ar
     const numPatches = (c.imageSize / c.patchSize) ** 2;
     const features = v.hasClass ? s.keep(backend.gatherRows(x, s.keep(backend.upload(Int32Array.from({ length: numPatches }, (_, i) => i + 1), [numPatches])))) : x;
     const p = v.projector;
+    if (p.kind === "idefics3") {
+      const shuffled = s.keep(backend.gatherRows(features, v.shuffleRows!));
+      return backend.matmul(backend.reshape(shuffled, [c.tokensPerImage, c.hidden * c.shuffle! * c.shuffle!]), p.w);
+    }
     if (p.kind === "gemma3") {
       // The average of each pooling square: its cells' rows gathered and summed, then scaled.
       let sum: Tensor | undefined;
