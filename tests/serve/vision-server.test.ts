@@ -77,6 +77,13 @@ test("startServer({ mmproj }) answers chat messages with images from the images,
     let streamed = "";
     for await (const c of await client.chat.completions.create({ ...ask([{ type: "text", text: "Once upon a time" }, image(pngUrl(1))]), stream: true })) streamed += c.choices[0]?.delta?.content ?? "";
     assert.equal(streamed, text(a));
+    // /tokenize counts a chat with an image as the completion's usage does.
+    const counted = await fetch(`${client.baseURL.replace(/\/v1$/, "")}/tokenize`, {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "stories260K", messages: [{ role: "user", content: [{ type: "text", text: "Once upon a time" }, image(pngUrl(1))] }] }),
+    });
+    assert.equal(counted.status, 200);
+    assert.equal(((await counted.json()) as { count: number }).count, a.usage!.prompt_tokens);
     const two = await client.chat.completions.create(ask([image(pngUrl(3, 9, 30)), { type: "text", text: "and" }, image(pngUrl(1))]));
     assert.equal(two.choices[0].finish_reason, "length");
     // A JPEG of the same picture (all-ones quantization tables: within a few levels of it) answers as the PNG does.
