@@ -335,7 +335,7 @@ test("specialiseKernel() names a missing template parameter", () => {
   const sources = loadKernelSources();
   assert.throws(() => specialiseKernel(sources, "elementwise", {}), (e: unknown) =>
     e instanceof KernelTemplateError && /"OP_ADD"/.test(e.message));
-  const add = specialiseKernel(sources, "elementwise", { OP_ADD: true, OP_OAI: false, OP_GELU: false, OP_SOFTCAP: false, OP_RELU2: false });
+  const add = specialiseKernel(sources, "elementwise", { OP_ADD: true, OP_OAI: false, OP_GELU: false, OP_SOFTCAP: false, OP_RELU2: false, OP_GELU1: false });
   assert.match(add, /x \+ b\[i\]/);
   assert.doesNotMatch(add, /exp\(/);
 });
