@@ -24,8 +24,8 @@ import { checkSideFiles } from "./preflight.ts";
 import { isQuantizeDType, QUANTIZE_DTYPES } from "../model/weights.ts";
 import type { LoadedModel } from "../model/config.ts";
 import type { PromptImage } from "../engine/engine-types.ts";
-import { decodePng, ImageDecodeError, sniffImageType } from "../model/vision/png.ts";
-import { decodeJpeg } from "../model/vision/jpeg.ts";
+import { ImageDecodeError } from "../model/vision/png.ts";
+import { decodeImage } from "../model/vision/image-decode.ts";
 import { encodeWithImages, IMAGE_MARKER, MAX_IMAGE_PIXELS } from "../serve/prompt-images.ts";
 import { ApiError } from "../serve/errors.ts";
 import { readFile } from "../runtime/fs.ts";
@@ -65,9 +65,7 @@ async function promptOf(model: LoadedModel, text: string, imagePath: string | un
   } catch {
     throw new ArgsError(`Image file not found: "${imagePath}"`);
   }
-  const kind = sniffImageType(bytes);
-  if (kind !== "png" && kind !== "jpeg") throw new ArgsError(`Image "${imagePath}" is ${kind ? `a ${kind.toUpperCase()} file` : "not an image this reads"}; give a PNG or JPEG`);
-  const image = kind === "png" ? decodePng(bytes, { maxPixels: MAX_IMAGE_PIXELS }) : decodeJpeg(bytes, { maxPixels: MAX_IMAGE_PIXELS });
+  const image = decodeImage(bytes, { maxPixels: MAX_IMAGE_PIXELS });
   try {
     const placed = encodeWithImages(model, text.includes(IMAGE_MARKER) ? text : `${IMAGE_MARKER}\n${text}`, [image], model.config.addBos, "--image");
     return { ids: placed.prompt, images: placed.images };

@@ -10,8 +10,8 @@ import { ApiError } from "./errors.ts";
 import type { ServeContext } from "./serve-context.ts";
 import { preprocessImage } from "../model/vision/image-preprocess.ts";
 import { imageKey, imageTokenIds } from "../model/vision/image-tokens.ts";
-import { type DecodedImage, decodePng, ImageDecodeError, sniffImageType } from "../model/vision/png.ts";
-import { decodeJpeg } from "../model/vision/jpeg.ts";
+import { type DecodedImage, ImageDecodeError } from "../model/vision/png.ts";
+import { decodeImage } from "../model/vision/image-decode.ts";
 
 /** What a chat template sees where an image part was (llama.cpp's media marker). */
 export const IMAGE_MARKER = "<__media__>";
@@ -38,14 +38,10 @@ export function imageFromUrl(url: string, param: string): DecodedImage {
     throw bad("An image data URL's payload is not base64 (its length or padding is wrong)");
   }
   const bytes = Uint8Array.from(text, (c) => c.charCodeAt(0));
-  const kind = sniffImageType(bytes);
-  if (kind !== "png" && kind !== "jpeg") {
-    throw bad(kind === undefined ? `An image's data is not an image this server reads (${bytes.length} bytes; PNG and JPEG)` : `${kind.toUpperCase()} images are not read yet; send PNG or JPEG`);
-  }
   try {
-    return kind === "png" ? decodePng(bytes, { maxPixels: MAX_IMAGE_PIXELS }) : decodeJpeg(bytes, { maxPixels: MAX_IMAGE_PIXELS });
+    return decodeImage(bytes, { maxPixels: MAX_IMAGE_PIXELS });
   } catch (e) {
-    if (e instanceof ImageDecodeError) throw bad(`The image is not a readable ${kind.toUpperCase()}: ${e.message}`);
+    if (e instanceof ImageDecodeError) throw bad(e.message);
     throw e;
   }
 }

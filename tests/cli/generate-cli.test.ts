@@ -169,7 +169,7 @@ test("generate CLI --mmproj --image puts the image at the prompt's marker (the e
     assert.match(lastLine(["--image", `${dir}/a.png`]), /^error: Flag --image needs --mmproj/);
     assert.match(lastLine(["--mmproj", mmproj, "--image", `${dir}/none.png`]), /^error: Image file not found: ".*none\.png"$/);
     writeFileSync(`${dir}/bad.png`, Uint8Array.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0]));
-    assert.match(lastLine(["--mmproj", mmproj, "--image", `${dir}/bad.png`]), /^error: The PNG data ends/);
+    assert.match(lastLine(["--mmproj", mmproj, "--image", `${dir}/bad.png`]), /^error: The image is not a readable PNG: The PNG data ends/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
