@@ -4,6 +4,7 @@
  * large one) to learn of.
  */
 import net from "node:net";
+import { statSync } from "node:fs";
 import { ModelLoadError } from "../model/config.ts";
 import { pathExists } from "../runtime/fs.ts";
 import { ListenError } from "../serve/listen.ts";
@@ -69,4 +70,38 @@ export async function checkSideFiles(files: SideFiles): Promise<void> {
   }
   if (files.eagleHead !== undefined && !(await pathExists(files.eagleHead))) throw new ModelLoadError(`EAGLE head not found: "${files.eagleHead}"`);
   if (files.mmproj !== undefined && !(await pathExists(files.mmproj))) throw new ModelLoadError(`Projector file not found: "${files.mmproj}"`);
+}
+
+/** What `--allowed-media-domains`, `--allowed-local-media-path` and `--media-fetch-timeout` give the server (src/serve/image-fetch.ts). */
+export interface MediaFlags {
+  allowedMediaDomains?: string[];
+  allowedLocalMediaPath?: string;
+  mediaFetchTimeoutMs?: number;
+}
+
+/** The image-URL flags, checked: host names (not URLs) or *, an existing directory, all with --mmproj. */
+export function mediaFlags(f: { mmproj?: string; "allowed-media-domains"?: string; "allowed-local-media-path"?: string; "media-fetch-timeout"?: number }): MediaFlags {
+  const given = (["allowed-media-domains", "allowed-local-media-path", "media-fetch-timeout"] as const).filter((k) => f[k] !== undefined);
+  if (given.length > 0 && f.mmproj === undefined) throw new ArgsError(`Flag --${given[0]} says where image URLs are read from; it needs --mmproj (a model that reads images)`);
+  const out: MediaFlags = {};
+  if (f["allowed-media-domains"] !== undefined) {
+    const domains = f["allowed-media-domains"].split(",").map((d) => d.trim().toLowerCase());
+    const bad = domains.find((d) => d !== "*" && !/^(?:[a-z0-9-]+\.)*[a-z0-9-]+$|^\[?[0-9a-f:.]+\]?$/.test(d));
+    if (bad !== undefined) throw new ArgsError(`Flag --allowed-media-domains: ${JSON.stringify(bad)} is not a host name (give hosts such as images.example.com, without scheme, port or path) or *`);
+    out.allowedMediaDomains = domains.map((d) => d.replace(/^\[(.*)\]$/, "$1"));
+  }
+  const dir = f["allowed-local-media-path"];
+  if (dir !== undefined) {
+    const isDir = (() => {
+      try {
+        return statSync(dir).isDirectory();
+      } catch {
+        return false;
+      }
+    })();
+    if (!isDir) throw new ArgsError(`Flag --allowed-local-media-path: "${dir}" is not a directory`);
+    out.allowedLocalMediaPath = dir;
+  }
+  if (f["media-fetch-timeout"] !== undefined) out.mediaFetchTimeoutMs = f["media-fetch-timeout"] * 1000;
+  return out;
 }

@@ -29,7 +29,7 @@ import { WorkerAuthError } from "../cluster/worker-auth.ts";
 import { ProfileFormatError } from "../cluster/engine-profiler.ts";
 import type { Role } from "../../planner/types.ts";
 import { ArgsError, parseArgs, usage } from "./args.ts";
-import { checkSideFiles, hostFlag, probeListen } from "./preflight.ts";
+import { checkSideFiles, hostFlag, mediaFlags, probeListen } from "./preflight.ts";
 import { stopOnSignal } from "./serve-signals.ts";
 import { isQuantizeDType, QUANTIZE_DTYPES } from "../model/weights.ts";
 import { isProfilePlanner } from "../serve/sla-planner-setup.ts";
@@ -177,6 +177,7 @@ async function main(): Promise<void> {
   const allowedOrigins = f["allowed-origins"]?.split(",").map((o) => o.trim());
   const badOrigin = allowedOrigins?.find((o) => o !== "*" && !/^[a-z][a-z0-9+.-]*:\/\/[^/\s]+$/i.test(o));
   if (badOrigin !== undefined) throw new ArgsError(`Flag --allowed-origins: "${badOrigin}" is not an origin (scheme://host[:port], no path) or *`);
+  const media = mediaFlags(f);
   // As vLLM: the flag, else VLLM_API_KEY, so that a deployment moved over from vLLM does not open up silently.
   const apiKey = f["api-key"] ?? nonEmpty(envVar("VLLM_API_KEY"));
   const host = hostFlag(f.host ?? "127.0.0.1");
@@ -190,6 +191,7 @@ async function main(): Promise<void> {
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
     ...(f.mmproj !== undefined ? { mmproj: f.mmproj } : {}),
+    ...media,
     ...(quantize ? { quantize } : {}),
     onLoadNote: (note) => console.error(`serve: loading: ${note}`),
     servedModelName: f["served-model-name"],
@@ -259,7 +261,8 @@ async function main(): Promise<void> {
   const auto = reasoningParser === "auto" ? "auto, from the chat template; " : "";
   const tools = `; tool calls ${s.toolCallParser}${toolCallParser === "auto" ? " (auto, from the chat template)" : ""}`;
   // Images are read where a projector was given (each worker loads it from the same path).
-  const images = f.mmproj !== undefined ? `; images with the projector ${f.mmproj}` : "";
+  const urls = [media.allowedMediaDomains ? `URLs from ${media.allowedMediaDomains.join(", ")}` : "", media.allowedLocalMediaPath ? `files under ${media.allowedLocalMediaPath}` : ""].filter((u) => u !== "");
+  const images = f.mmproj !== undefined ? `; images with the projector ${f.mmproj}${urls.length > 0 ? ` (and ${urls.join(" and ")})` : ""}` : "";
   const reasoning = !tags ? "" : s.reasoningTokens
     ? `; reasoning parser ${s.reasoningParser} (${auto}KV of reasoning typed)`
     : `; reasoning parser ${s.reasoningParser} (${auto}${tags.open}/${tags.close} are not single tokens: KV of reasoning not typed)`;

@@ -11,6 +11,7 @@ import { nestsTooDeeply } from "../engine/json-schema.ts";
 import type { AppOptions } from "./app-options.ts";
 import { anthropicErrorBody, anthropicStatus, ApiError, schemaError } from "./errors.ts";
 import type { ServerLifecycle } from "./lifecycle.ts";
+import { fetchImageUrls } from "./image-fetch.ts";
 import { withAdapter } from "./lora.ts";
 import { awaitTaken, type ParamNames } from "./refusals.ts";
 import { completeJson, completeStream } from "./respond.ts";
@@ -39,7 +40,12 @@ export interface RouteKit {
    * one whose engine runs every request with that adapter and whose answers name it. 404 for others.
    */
   ctxFor(model: string | null | undefined): ServeContext;
-  /** A generation request's body, checked, and the context of the model (or adapter) it asks for. */
+  /**
+   * Reads the image URLs under `body[field]` that the server may read (image-fetch.ts) and puts them
+   * back as data URLs, where the model reads images (a text-only model's requests are refused later, by name).
+   */
+  readImages(body: object, field: string): Promise<void>;
+  /** A generation request's body, checked (its image URLs read: `messages`, `input`), and the context of the model (or adapter) it asks for. */
   parse<T extends { model: string }>(c: Context, schema: ZodType<T>): Promise<[T, ServeContext]>;
   /** A whole (non-streamed) answer; a client that hangs up before it is ready cancels the request. */
   whole(c: Context, submitted: Submitted, end: () => void, answer: () => Promise<Record<string, unknown>>): Promise<Response>;
@@ -113,9 +119,15 @@ export function routeKit(o: AppOptions, ctx: ServeContext, life: ServerLifecycle
     if (!adapters().includes(model)) throw new ApiError(404, `The model '${model}' does not exist; this server serves ${served()}`, "model", "model_not_found");
     return { ...ctx, modelName: model, engine: withAdapter(o.engine, model) };
   };
+  const readImages = async (body: object, field: string): Promise<void> => {
+    if (ctx.config.vision) await fetchImageUrls(ctx.imageFetch, body as Record<string, unknown>, field);
+  };
   const parse = async <T extends { model: string }>(c: Context, schema: ZodType<T>): Promise<[T, ServeContext]> => {
     const body = await readJsonBody(c, schema);
-    return [body, ctxFor(body.model)];
+    const served = ctxFor(body.model);
+    await readImages(body, "messages");
+    await readImages(body, "input");
+    return [body, served];
   };
   const whole = async (c: Context, submitted: Submitted, end: () => void, answer: () => Promise<Record<string, unknown>>): Promise<Response> => {
     try {
@@ -151,5 +163,5 @@ export function routeKit(o: AppOptions, ctx: ServeContext, life: ServerLifecycle
       throw e;
     }
   };
-  return { fail, readBody: readJsonBody, adapters, ctxFor, parse, whole, followSse, sseOnceTaken, respond, generation };
+  return { fail, readBody: readJsonBody, adapters, ctxFor, readImages, parse, whole, followSse, sseOnceTaken, respond, generation };
 }

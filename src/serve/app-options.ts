@@ -11,6 +11,7 @@ import { reasoningTokensOf } from "./harmony-prompt.ts";
 import type { ServerLifecycle } from "./lifecycle.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
 import type { ServeContext } from "./serve-context.ts";
+import { type ImageFetchOptions, NO_IMAGE_FETCH } from "./image-fetch.ts";
 import { toolCallSyntax } from "./tool-calls-mistral.ts";
 
 /** Server settings. */
@@ -51,6 +52,8 @@ export interface AppOptions {
   loraSources?: Map<string, string>;
   /** `--allow-runtime-lora-updating`: `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` work. */
   allowRuntimeLora?: boolean;
+  /** Where image URLs may be read from (default: nowhere; image-fetch.ts). */
+  imageFetch?: ImageFetchOptions;
 }
 
 /** Where a request's left-out sampling parameters come from (`--generation-config`). */
@@ -85,5 +88,6 @@ export function serveContextOf(o: AppOptions): ServeContext {
     toolCallParser: toolCallSyntax(o.toolCallParser ?? "hermes", o.model.tokenizer),
     samplingDefaults: samplingDefaultsOf(o.model, o.generationConfig),
     priorityScheduling: (o.schedulingPolicy ?? "priority") === "priority",
+    imageFetch: o.imageFetch ?? NO_IMAGE_FETCH,
   };
 }

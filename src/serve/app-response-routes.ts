@@ -11,7 +11,7 @@ import type { ResponsesState } from "./responses.ts";
 
 /** Adds the stored-response and conversation routes to `app`, over `state`'s stores and background runs. */
 export function addStoredResponseRoutes(app: Hono, kit: RouteKit, state: ResponsesState): void {
-  const { followSse, readBody } = kit;
+  const { followSse, readBody, readImages } = kit;
   const store = state.responses;
   const stored = (id: string) => {
     const entry = store.get(id);
@@ -55,5 +55,10 @@ export function addStoredResponseRoutes(app: Hono, kit: RouteKit, state: Respons
     store.delete(id);
     return c.json({ id, object: "response", deleted: true });
   });
-  addConversationRoutes(app, state.conversations, readBody);
+  // A conversation's items are stored with their image URLs read, as a response's input is.
+  addConversationRoutes(app, state.conversations, async (c, schema) => {
+    const body = await readBody(c, schema);
+    if (body !== null && typeof body === "object") await readImages(body, "items");
+    return body;
+  });
 }

@@ -13,7 +13,7 @@ import { detokenize, DetokenizeRequestSchema, tokenize, TokenizeRequestSchema } 
 
 /** Adds the score, rerank, tokenize, detokenize and count_tokens routes to `app`. */
 export function addTokenRoutes(app: Hono, kit: RouteKit): void {
-  const { generation, readBody, ctxFor, parse, whole } = kit;
+  const { generation, readBody, ctxFor, parse, readImages, whole } = kit;
   // vLLM's score and rerank routes, with and without the version prefix.
   const scoring = (handles: RequestHandle[]): Submitted => ({ kind: "completion", handles, perPrompt: 1, n: 1, output: null });
   for (const path of ["/score", "/v1/score"]) {
@@ -34,7 +34,9 @@ export function addTokenRoutes(app: Hono, kit: RouteKit): void {
   }
   app.post("/tokenize", async (c) => {
     const body = await readBody(c, TokenizeRequestSchema);
-    return c.json(tokenize(ctxFor(body.model), body));
+    const ctx = ctxFor(body.model);
+    await readImages(body, "messages");
+    return c.json(tokenize(ctx, body));
   });
   app.post("/detokenize", async (c) => {
     const body = await readBody(c, DetokenizeRequestSchema);

@@ -25,7 +25,7 @@ export const MAX_IMAGE_PIXELS = 32 * 1024 * 1024;
 /** An image's pixels from an image part's URL: a base64 `data:` URL of a PNG or a JPEG. `param` names the part in errors. */
 export function imageFromUrl(url: string, param: string): DecodedImage {
   const bad = (message: string) => new ApiError(400, message, param, "invalid_value");
-  if (/^https?:\/\//i.test(url)) throw bad(`Image URLs are not fetched: send the image inline as a base64 data URL (data:image/png;base64,...), got ${JSON.stringify(url.slice(0, 80))}`);
+  if (/^https?:\/\//i.test(url)) throw bad(`Image URLs are read only from hosts the server names (--allowed-media-domains): send the image inline as a base64 data URL (data:image/png;base64,...), got ${JSON.stringify(url.slice(0, 80))}`);
   const m = /^data:([^;,]*)((?:;[^;,]*)*),/i.exec(url);
   if (!m) throw bad(`An image URL should be a base64 data URL (data:image/png;base64,...), got ${JSON.stringify(url.slice(0, 40))}`);
   if (!m[2].toLowerCase().split(";").includes("base64")) throw bad(`An image data URL should be base64-encoded, got ${JSON.stringify(url.slice(0, m[0].length))}`);

@@ -7,6 +7,7 @@ import type { JsonWhitespace, ToolCallSyntax } from "../engine/grammar.ts";
 import type { ModelConfig, SamplingDefaults, Tokenizer } from "../model/config.ts";
 import type { ChatOutputOptions } from "./chat-output.ts";
 import type { ChatRenderer } from "./chat-template.ts";
+import type { ImageFetchOptions } from "./image-fetch.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
 import type { ParamNames } from "./refusals.ts";
 
@@ -32,6 +33,8 @@ export interface ServeContext {
   samplingDefaults: SamplingDefaults;
   /** Requests may set `priority` (`--scheduling-policy priority`, the default); false: any but 0 is refused (fcfs). */
   priorityScheduling: boolean;
+  /** Where image URLs may be read from (`--allowed-media-domains`, `--allowed-local-media-path`: image-fetch.ts). */
+  imageFetch: ImageFetchOptions;
 }
 
 /** Which endpoint a request came through. */

@@ -203,6 +203,12 @@ export interface ServerOptions {
   workerToken?: string;
   /** A llama.cpp projector file (`--mmproj`): the model reads images in its prompts (model/vision/); one engine only. */
   mmproj?: string;
+  /** Hosts whose `http(s)://` image URLs are fetched (`--allowed-media-domains`; "*" any; default none: image-fetch.ts). */
+  allowedMediaDomains?: readonly string[];
+  /** The directory whose files `file://` image URLs may name (`--allowed-local-media-path`; default none). */
+  allowedLocalMediaPath?: string;
+  /** The longest an image URL's read may take, in ms (`--media-fetch-timeout`; default 5000, vLLM's). */
+  mediaFetchTimeoutMs?: number;
   /** Quantize the model's f32/f16/bf16 matrices into this block format at load (`--quantize`); workers do the same. */
   quantize?: QuantizeDType;
   /** Told what the model's load has to say (i-quant tensors converted on the host, gguf-loader.ts); `serve` prints it. */

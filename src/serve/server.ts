@@ -27,6 +27,7 @@ import { ServerLifecycle } from "./lifecycle.ts";
 import { reasoningTokensOf } from "./harmony-prompt.ts";
 import { detectReasoningParser } from "./reasoning.ts";
 import type { RunningServer, ServerOptions } from "./server-options.ts";
+import { DEFAULT_MEDIA_FETCH_TIMEOUT_MS, type ImageFetchOptions, MAX_IMAGE_FILE_BYTES } from "./image-fetch.ts";
 import { type PlannerLogRecord, plannerLogRecord, type RouteLogRecord, routeLogRecord, StepLogWriter } from "./step-log.ts";
 import { AGED_SHORT_FIRST } from "../../planner/prefill-order.ts";
 
@@ -150,7 +151,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   }
   const lifecycle = new ServerLifecycle();
   const toolCallParser = o.toolCallParser === "auto" ? detectToolCallFormat(model.chatTemplate, model.config.architecture) : o.toolCallParser ?? "hermes";
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, ...(o.allowedOrigins ? { allowedOrigins: o.allowedOrigins } : {}), maxBodyBytes: o.maxBodyBytes, bodyTimeoutMs: o.bodyTimeoutMs, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora });
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, ...(o.allowedOrigins ? { allowedOrigins: o.allowedOrigins } : {}), maxBodyBytes: o.maxBodyBytes, bodyTimeoutMs: o.bodyTimeoutMs, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora, imageFetch: imageFetchOf(o) });
   let l: Listening;
   try {
     l = await listen(app.fetch, o.host, o.port);
@@ -197,5 +198,15 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       await plannerLog?.close();
       await routeLog?.close();
     },
+  };
+}
+
+/** Where the server reads image URLs from: its options' hosts and directory (image-fetch.ts). */
+function imageFetchOf(o: ServerOptions): ImageFetchOptions {
+  return {
+    allowedDomains: (o.allowedMediaDomains ?? []).map((d) => d.toLowerCase()),
+    ...(o.allowedLocalMediaPath !== undefined ? { localPath: o.allowedLocalMediaPath } : {}),
+    timeoutMs: o.mediaFetchTimeoutMs ?? DEFAULT_MEDIA_FETCH_TIMEOUT_MS,
+    maxBytes: MAX_IMAGE_FILE_BYTES,
   };
 }

@@ -327,7 +327,7 @@ test("serve CLI keeps only GPT-OSS's sliding windows with --sliding-window-kv wi
   }
 });
 
-test("serve CLI --mmproj names the projector in its startup line and answers an image, and exits 2 naming a projector file that is not there", async () => {
+test("serve CLI --mmproj names the projector (and where image URLs are read) in its startup line and answers an image by file:// URL, and exits 2 naming a projector file that is not there or an image-URL flag without it", async () => {
   const { mkdtempSync, rmSync } = await import("node:fs");
   const { tmpdir } = await import("node:os");
   const { writeMmproj } = await import("../model/vision-files.ts");
@@ -336,13 +336,16 @@ test("serve CLI --mmproj names the projector in its startup line and answers an 
   try {
     const mmproj = `${dir}/mmproj.gguf`;
     writeMmproj(mmproj, { lmHidden: 64, seed: 61, imageSize: 28, patchSize: 14 });
-    const { child, url, stderr, exited } = await spawnServe("node", ["--port", "0", "--backend", "reference", "--kv-blocks", "16", "--mmproj", mmproj]);
+    const { child, url, stderr, exited } = await spawnServe("node", ["--port", "0", "--backend", "reference", "--kv-blocks", "16", "--mmproj", mmproj, "--allowed-local-media-path", dir]);
     try {
-      assert.match(stderr(), new RegExp(`; images with the projector ${mmproj.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")}`));
+      const quoted = (t: string) => t.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+      assert.match(stderr(), new RegExp(`; images with the projector ${quoted(mmproj)} \\(and files under ${quoted(dir)}\\)`));
       const png = encodePng({ width: 4, height: 4, rgb: new Uint8Array(48).fill(200) });
+      const { writeFileSync } = await import("node:fs");
+      writeFileSync(`${dir}/shot.png`, png);
       const res = await fetch(`${url}/v1/chat/completions`, {
         method: "POST", headers: { "content-type": "application/json" },
-        body: JSON.stringify({ model: "stories260K", max_tokens: 3, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: `data:image/png;base64,${btoa(String.fromCharCode(...png))}` } }] }] }),
+        body: JSON.stringify({ model: "stories260K", max_tokens: 3, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: `file://${dir}/shot.png` } }] }] }),
       });
       assert.equal(res.status, 200, await res.clone().text());
       assert.ok(((await res.json()) as { usage: { prompt_tokens: number } }).usage.prompt_tokens >= 4);
@@ -353,6 +356,9 @@ test("serve CLI --mmproj names the projector in its startup line and answers an 
     const r = serve(["--port", "0", "--backend", "reference", "--mmproj", `${dir}/none.gguf`]);
     assert.equal(r.status, 2, r.stderr);
     assert.match(r.stderr, /serve: Projector file not found: ".*none\.gguf"/);
+    const urls = serve(["--port", "0", "--backend", "reference", "--allowed-media-domains", "images.example.com"]);
+    assert.equal(urls.status, 2, urls.stderr);
+    assert.match(urls.stderr, /serve: Flag --allowed-media-domains says where image URLs are read from; it needs --mmproj/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -95,10 +95,10 @@ test("startServer({ mmproj }) answers chat messages with images from the images,
   });
 });
 
-test("startServer({ mmproj }) answers 400 naming what it cannot read: remote URLs, JPEG, broken PNG, the marker in text", async () => {
+test("startServer({ mmproj }) answers 400 naming what it cannot read: URLs it may not fetch, JPEG, broken PNG, the marker in text", async () => {
   await withServer(async (client) => {
     const cases: [Part[], RegExp][] = [
-      [[image("https://example.com/cat.png")], /Image URLs are not fetched: send the image inline as a base64 data URL/],
+      [[image("https://example.com/cat.png")], /this server fetches no image URLs \(start it with --allowed-media-domains HOST,\.\.\. to fetch from those hosts\); or send the image inline as a base64 data URL/],
       [[image("data:image/jpeg;base64,/9j/4AAQSkZJRgABAQ==")], /The image is not a readable JPEG: /],
       [[image("data:image/gif;base64,R0lGODlhAQABAAAAACw=")], /GIF images are not read yet; send PNG or JPEG/],
       [[image("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAA")], /The image is not a readable PNG: /],
@@ -209,7 +209,7 @@ test("startServer({ mmproj }) reads images in the Responses API (input_image, a 
       model: "stories260K", max_tokens: 4,
       messages: [{ role: "user", content: [{ type: "image", source: { type: "url", url: "https://example.com/a.png" } }] }],
     }).then(() => undefined, (e: unknown) => e);
-    assert.ok(remote instanceof Anthropic.APIError && remote.status === 400 && /Image URLs are not fetched/.test(remote.message), String(remote));
+    assert.ok(remote instanceof Anthropic.APIError && remote.status === 400 && /fetches no image URLs/.test(remote.message), String(remote));
   });
 });
 
