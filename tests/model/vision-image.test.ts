@@ -5,9 +5,11 @@
  */
 import assert from "node:assert/strict";
 import { deflateSync } from "node:zlib";
-import { test } from "../harness.ts";
+import { projectRoot, test } from "../harness.ts";
 import { decodePng, type DecodedImage, encodePng, sniffImageType } from "../../src/model/vision/png.ts";
 import { imagePatches, preprocessImage } from "../../src/model/vision/image-preprocess.ts";
+import { resizeImage, type ResizeFilter } from "../../src/model/vision/image-resize.ts";
+import { readFileSync } from "node:fs";
 
 // ---- an independent PNG writer -------------------------------------------------------------
 
@@ -304,27 +306,54 @@ function approx(actual: ArrayLike<number>, expected: ArrayLike<number>, what: st
   for (let i = 0; i < expected.length; i++) assert.ok(Math.abs(actual[i] - expected[i]) <= tol, `${what}[${i}]: ${actual[i]} is not ${expected[i]}`);
 }
 
-test("preprocessImage() resizes a 2 × 2 image to 4 × 4 by bilinear interpolation with half-pixel centres, channels first", () => {
-  // R: [[0, 60], [120, 240]], G: 10 throughout, B: [[255, 255], [0, 0]].
-  const image: DecodedImage = { width: 2, height: 2, rgb: Uint8Array.from([0, 10, 255, 60, 10, 255, 120, 10, 0, 240, 10, 0]) };
-  const out = preprocessImage(image, { size: 4, mean: [0, 0, 0], std: [1, 1, 1], padToSquare: false });
-  // Along each axis, outputs 0..3 sit at source 0 (clamped from -0.25), 0.25, 0.75 and 1 (clamped from 1.25).
-  const red = [
-    0, 15, 45, 60,
-    30, 48.75, 86.25, 105,
-    90, 116.25, 168.75, 195,
-    120, 150, 210, 240,
-  ];
-  const blue = [255, 191.25, 63.75, 0].flatMap((v) => [v, v, v, v]);
-  approx(out, [...red, ...new Array(16).fill(10), ...blue].map((v) => v / 255), "pixels");
-  const norm = preprocessImage(image, { size: 4, mean: [0.5, 0.25, 0], std: [0.5, 2, 0.25], padToSquare: false });
-  approx(norm, Array.from(out, (v, i) => [(v - 0.5) / 0.5, (v - 0.25) / 2, v / 0.25][Math.floor(i / 16)]), "normalized");
+/** Pillow's resizes of two test images (scripts/pil-resize-fixture.py): the oracle of resizeImage. */
+const pil = JSON.parse(readFileSync(`${projectRoot}/tests/model/fixtures/pil-resize.json`, "utf8")) as {
+  pil: string;
+  cases: { name: string; png: string; outputs: { width: number; height: number; filter: ResizeFilter; rgb: string }[] }[];
+};
+const fromBase64 = (s: string) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
+
+test("resizeImage() gives Pillow's resize byte for byte: bilinear, bicubic and Lanczos, shrinking (antialiased), growing and both at once", () => {
+  let checked = 0;
+  for (const c of pil.cases) {
+    const image = decodePng(fromBase64(c.png));
+    for (const o of c.outputs) {
+      const got = resizeImage(image, o.width, o.height, o.filter);
+      assert.deepEqual([got.width, got.height], [o.width, o.height]);
+      const want = fromBase64(o.rgb);
+      const off = got.rgb.findIndex((v, i) => v !== want[i]);
+      assert.equal(off, -1, `${c.name} to ${o.width} × ${o.height} ${o.filter}: byte ${off} is ${got.rgb[off]}, Pillow ${pil.pil} gives ${want[off]}`);
+      checked++;
+    }
+  }
+  assert.equal(checked, 15);
+  // Shrinking averages: a 1-pixel black column shrunk 8× still darkens its output pixel, where
+  // interpolating the nearest 2 × 2 pixels (source columns 11 and 12 for output 1) would miss it.
+  const rule = { width: 64, height: 1, rgb: Uint8Array.from({ length: 64 * 3 }, (_, i) => (Math.floor(i / 3) === 10 ? 0 : 255)) };
+  const shrunk = resizeImage(rule, 8, 1, "bilinear");
+  assert.ok(shrunk.rgb[3] < 240, `output 1 is ${shrunk.rgb[3]}`);
+  const image = decodePng(fromBase64(pil.cases[0].png));
+  assert.throws(() => resizeImage(image, 0, 4, "bilinear"), /width must be a positive whole number, got 0/);
+  assert.throws(() => resizeImage({ width: 2, height: 2, rgb: new Uint8Array(5) }, 4, 4, "bicubic"), /needs 12 bytes, not 5/);
+});
+
+test("preprocessImage() is Pillow's resize with the spec's filter, then (v / 255 - mean) / std, channels first", () => {
+  const image = decodePng(fromBase64(pil.cases[0].png));
+  for (const o of pil.cases[0].outputs.filter((x) => x.width === 28 && x.height === 28)) {
+    const mean = [0.5, 0.25, 0] as const, std = [0.5, 2, 0.25] as const;
+    const out = preprocessImage(image, { size: 28, mean, std, padToSquare: false, resample: o.filter });
+    const want = fromBase64(o.rgb);
+    approx(out, Array.from({ length: 3 * 28 * 28 }, (_, i) => {
+      const c = Math.floor(i / 784);
+      return (want[(i % 784) * 3 + c] / 255 - mean[c]) / std[c];
+    }), `${o.filter}`);
+  }
 });
 
 test("preprocessImage() keeps a constant image constant at (v / 255 - mean) / std, up- and downscaling", () => {
   const image: DecodedImage = { width: 5, height: 3, rgb: Uint8Array.from({ length: 45 }, (_, i) => [200, 100, 50][i % 3]) };
   for (const size of [2, 3, 7]) {
-    const out = preprocessImage(image, { size, mean: CLIP_MEAN, std: CLIP_STD, padToSquare: false });
+    const out = preprocessImage(image, { size, mean: CLIP_MEAN, std: CLIP_STD, padToSquare: false, resample: "bilinear" });
     const want = [200, 100, 50].flatMap((v, c) => new Array(size * size).fill((v / 255 - CLIP_MEAN[c]) / CLIP_STD[c]));
     approx(out, want, `size ${size}`);
   }
@@ -332,7 +361,7 @@ test("preprocessImage() keeps a constant image constant at (v / 255 - mean) / st
 
 test("preprocessImage() with padToSquare centres a 4 × 2 image in rows of the mean colour (int(mean * 255), as LLaVA)", () => {
   const rgb = Uint8Array.from(randomRgb(4, 2, 8).flat());
-  const out = preprocessImage({ width: 4, height: 2, rgb }, { size: 4, mean: CLIP_MEAN, std: CLIP_STD, padToSquare: true });
+  const out = preprocessImage({ width: 4, height: 2, rgb }, { size: 4, mean: CLIP_MEAN, std: CLIP_STD, padToSquare: true, resample: "bicubic" });
   const pad = [122, 116, 104]; // CLIP's mean × 255 is 122.77, 116.75, 104.09
   const norm = (v: number, c: number) => (v / 255 - CLIP_MEAN[c]) / CLIP_STD[c];
   const want: number[] = [];
@@ -343,12 +372,12 @@ test("preprocessImage() with padToSquare centres a 4 × 2 image in rows of the m
   // An odd difference puts the extra pad after the image (offset floor(1 / 2) = 0): a column on the right, a row below.
   for (const [w, h] of [[2, 3], [3, 2]]) {
     const img = Uint8Array.from(randomRgb(w, h, 9).flat());
-    const got = preprocessImage({ width: w, height: h, rgb: img }, { size: 3, mean: CLIP_MEAN, std: CLIP_STD, padToSquare: true });
+    const got = preprocessImage({ width: w, height: h, rgb: img }, { size: 3, mean: CLIP_MEAN, std: CLIP_STD, padToSquare: true, resample: "bicubic" });
     const wantOdd: number[] = [];
     for (let c = 0; c < 3; c++) for (let y = 0; y < 3; y++) for (let x = 0; x < 3; x++) wantOdd.push(norm(x >= w || y >= h ? pad[c] : img[(y * w + x) * 3 + c], c));
     approx(got, wantOdd, `${w} × ${h} padded`);
   }
-  assert.throws(() => preprocessImage({ width: 2, height: 2, rgb: new Uint8Array(5) }, { size: 4, mean: CLIP_MEAN, std: CLIP_STD, padToSquare: true }), RangeError);
+  assert.throws(() => preprocessImage({ width: 2, height: 2, rgb: new Uint8Array(5) }, { size: 4, mean: CLIP_MEAN, std: CLIP_STD, padToSquare: true, resample: "bicubic" }), RangeError);
 });
 
 test("imagePatches() lays a [3, 4, 4] tensor out as 4 raster-order patches of (channel, y, x) with patch 2", () => {

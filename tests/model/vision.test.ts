@@ -57,6 +57,7 @@ test("loadVisionModel() reads a LLaVA projector file: sizes, the layers LLaVA ta
   assert.ok(m.weights.classEmbedding && m.weights.preNorm && !m.weights.postNorm);
   assert.deepEqual(m.weights.patchEmbedding.shape, [32, 3 * 14 * 14]);
   assert.equal(c.preprocess.padToSquare, true);
+  assert.equal(c.preprocess.resample, "bicubic", "CLIP's processor resizes with BICUBIC");
   assert.ok(Math.abs(c.preprocess.mean[0] - 0.48145466) < 1e-6);
   const featured = await loadVisionModel(mmproj({ lmHidden: 64, seed: 2, layers: 3, featureLayers: [3], gelu: true, clip: false, postNorm: true }), 64);
   assert.equal(featured.config.layers, 3);
@@ -69,7 +70,7 @@ test("loadVisionModel() reads a Gemma 3 projector file: all layers, pooled posit
   const path = mmproj({ lmHidden: 64, seed: 5, projectorType: "gemma3", clip: false, postNorm: true, gelu: true, imageSize: 56, patchSize: 7, layers: 2 });
   const m = await loadVisionModel(path, 64);
   const c = m.config;
-  assert.deepEqual([c.projector, c.layers, c.pooling, c.tokensPerImage, c.bidirectional, c.preprocess.padToSquare], ["gemma3", 2, 4, 4, true, false]);
+  assert.deepEqual([c.projector, c.layers, c.pooling, c.tokensPerImage, c.bidirectional, c.preprocess.padToSquare, c.preprocess.resample], ["gemma3", 2, 4, 4, true, false, "bilinear"]);
   assert.deepEqual(c.wrap, { before: "\n\n<start_of_image>", after: "<end_of_image>\n\n" });
   assert.ok(m.weights.projector.kind === "gemma3");
   const w = m.weights.projector.w;
@@ -85,7 +86,7 @@ test("loadVisionModel() reads a Gemma 3 projector file: all layers, pooled posit
 test("loadVisionModel() reads an Idefics3 (SmolVLM) projector file: all layers, shuffled positions, its global image's wrap, causal images", async () => {
   const m = await loadVisionModel(mmproj({ lmHidden: 64, seed: 6, projectorType: "idefics3", clip: false, postNorm: true, gelu: true, imageSize: 48, patchSize: 8, layers: 2, pooling: 2 }), 64);
   const c = m.config;
-  assert.deepEqual([c.projector, c.layers, c.shuffle, c.tokensPerImage, c.bidirectional, c.preprocess.padToSquare], ["idefics3", 2, 2, 9, false, false]);
+  assert.deepEqual([c.projector, c.layers, c.shuffle, c.tokensPerImage, c.bidirectional, c.preprocess.padToSquare, c.preprocess.resample], ["idefics3", 2, 2, 9, false, false, "lanczos"]);
   assert.deepEqual(c.wrap, { before: "<fake_token_around_image><global-img>", after: "<fake_token_around_image>" });
   assert.ok(m.weights.projector.kind === "idefics3");
   assert.deepEqual(m.weights.projector.w.shape, [64, 32 * 4]);

@@ -4,6 +4,7 @@
  * cuts that tensor into flattened patches laid out for a patch-embedding matmul.
  */
 import type { DecodedImage } from "./png.ts";
+import { resizeImage, type ResizeFilter } from "./image-resize.ts";
 
 /** How a vision encoder wants its input image. */
 export interface PreprocessSpec {
@@ -15,6 +16,8 @@ export interface PreprocessSpec {
   std: readonly [number, number, number];
   /** Pad a non-square image to a square (centred) before resizing, as LLaVA's `expand2square` does. */
   padToSquare: boolean;
+  /** The resize's filter, as the model's Hugging Face processor asks PIL for it (CLIP's BICUBIC, SigLIP's BILINEAR, Idefics3's LANCZOS). */
+  resample: ResizeFilter;
 }
 
 /**
@@ -33,29 +36,12 @@ function padToSquare(image: DecodedImage, mean: readonly [number, number, number
   return { width: side, height: side, rgb: out };
 }
 
-/** For each output index along an axis: the two source indices and the weight of the second (align_corners=false). */
-function axisTaps(inSize: number, outSize: number): { lo: Int32Array; hi: Int32Array; frac: Float32Array } {
-  const lo = new Int32Array(outSize), hi = new Int32Array(outSize), frac = new Float32Array(outSize);
-  const scale = inSize / outSize;
-  for (let i = 0; i < outSize; i++) {
-    const src = Math.min(inSize - 1, Math.max(0, (i + 0.5) * scale - 0.5));
-    lo[i] = Math.floor(src);
-    hi[i] = Math.min(lo[i] + 1, inSize - 1);
-    frac[i] = src - lo[i];
-  }
-  return { lo, hi, frac };
-}
-
 /**
  * Preprocesses an RGB image for a vision encoder into a channels-first [3, size, size] f32 tensor:
  * pads it to a square first when `spec.padToSquare` (centred, the padding colour `int(mean * 255)` per
- * channel as LLaVA has it), resizes it to size × size by bilinear interpolation (align_corners=false:
- * half-pixel centres, source coordinates clamped at the edges, as PyTorch's `interpolate`), then scales
- * to 0..1 (/ 255) and normalizes each channel to (x - mean) / std.
- *
- * The resize is plain bilinear at every scale: when downscaling by more than 2× it samples only the
- * nearest 2 × 2 source pixels and does not low-pass first (no antialiasing, unlike PIL's resize), and
- * interpolates in floating point without rounding to 8 bits in between.
+ * channel as LLaVA has it), resizes it to size × size as PIL does with `spec.resample` (image-resize.ts:
+ * antialiased when shrinking, 8-bit, byte for byte Pillow's — what Hugging Face's processors feed the
+ * towers), then scales to 0..1 (/ 255) and normalizes each channel to (x - mean) / std.
  * @throws {RangeError} when `spec.size` is not a positive whole number or the image's bytes do not match its size.
  */
 export function preprocessImage(image: DecodedImage, spec: PreprocessSpec): Float32Array {
@@ -64,21 +50,11 @@ export function preprocessImage(image: DecodedImage, spec: PreprocessSpec): Floa
   if (image.rgb.length !== image.width * image.height * 3) {
     throw new RangeError(`A ${image.width} × ${image.height} RGB image needs ${image.width * image.height * 3} bytes, not ${image.rgb.length}`);
   }
-  const src = spec.padToSquare ? padToSquare(image, mean) : image;
-  const { width, rgb } = src;
-  const xs = axisTaps(width, size), ys = axisTaps(src.height, size);
+  const { rgb } = resizeImage(spec.padToSquare ? padToSquare(image, mean) : image, size, size, spec.resample);
   const out = new Float32Array(3 * size * size);
-  for (let y = 0; y < size; y++) {
-    const r0 = ys.lo[y] * width, r1 = ys.hi[y] * width, fy = ys.frac[y];
-    for (let x = 0; x < size; x++) {
-      const x0 = xs.lo[x], x1 = xs.hi[x], fx = xs.frac[x];
-      for (let c = 0; c < 3; c++) {
-        const top = rgb[(r0 + x0) * 3 + c] * (1 - fx) + rgb[(r0 + x1) * 3 + c] * fx;
-        const bottom = rgb[(r1 + x0) * 3 + c] * (1 - fx) + rgb[(r1 + x1) * 3 + c] * fx;
-        const v = top * (1 - fy) + bottom * fy;
-        out[c * size * size + y * size + x] = (v / 255 - mean[c]) / std[c];
-      }
-    }
+  const area = size * size;
+  for (let i = 0; i < area; i++) {
+    for (let c = 0; c < 3; c++) out[c * area + i] = (rgb[i * 3 + c] / 255 - mean[c]) / std[c];
   }
   return out;
 }

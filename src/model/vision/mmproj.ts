@@ -257,6 +257,8 @@ export async function loadVisionModel(path: string, lmHidden: number): Promise<V
         std: channels(meta, "clip.vision.image_std", path, [0.26862954, 0.26130258, 0.27577711]),
         // LLaVA pads to a square (expand2square); Gemma 3's processor resizes the whole image to the square.
         padToSquare: projector === "mlp",
+        // As each model's Hugging Face processor resizes: CLIP's BICUBIC (LLaVA), SigLIP's BILINEAR (Gemma 3), Idefics3's LANCZOS.
+        resample: projector === "mlp" ? "bicubic" : projector === "gemma3" ? "bilinear" : "lanczos",
       },
       tokensPerImage: pooling ? (grid / pooling) ** 2 : shuffle ? (grid / shuffle) ** 2 : grid * grid,
       bidirectional: projector === "gemma3",
