@@ -77,12 +77,13 @@ export interface MediaFlags {
   allowedMediaDomains?: string[];
   allowedLocalMediaPath?: string;
   mediaFetchTimeoutMs?: number;
+  imageCacheBytes?: number;
 }
 
-/** The image-URL flags, checked: host names (not URLs) or *, an existing directory, all with --mmproj. */
-export function mediaFlags(f: { mmproj?: string; "allowed-media-domains"?: string; "allowed-local-media-path"?: string; "media-fetch-timeout"?: number }): MediaFlags {
-  const given = (["allowed-media-domains", "allowed-local-media-path", "media-fetch-timeout"] as const).filter((k) => f[k] !== undefined);
-  if (given.length > 0 && f.mmproj === undefined) throw new ArgsError(`Flag --${given[0]} says where image URLs are read from; it needs --mmproj (a model that reads images)`);
+/** The image flags, checked: host names (not URLs) or *, an existing directory, all with --mmproj. */
+export function mediaFlags(f: { mmproj?: string; "allowed-media-domains"?: string; "allowed-local-media-path"?: string; "media-fetch-timeout"?: number; "mm-processor-cache-gb"?: number }): MediaFlags {
+  const given = (["allowed-media-domains", "allowed-local-media-path", "media-fetch-timeout", "mm-processor-cache-gb"] as const).filter((k) => f[k] !== undefined);
+  if (given.length > 0 && f.mmproj === undefined) throw new ArgsError(`Flag --${given[0]} ${given[0] === "mm-processor-cache-gb" ? "sizes the cache of prepared images" : "says where image URLs are read from"}; it needs --mmproj (a model that reads images)`);
   const out: MediaFlags = {};
   if (f["allowed-media-domains"] !== undefined) {
     const domains = f["allowed-media-domains"].split(",").map((d) => d.trim().toLowerCase());
@@ -103,5 +104,6 @@ export function mediaFlags(f: { mmproj?: string; "allowed-media-domains"?: strin
     out.allowedLocalMediaPath = dir;
   }
   if (f["media-fetch-timeout"] !== undefined) out.mediaFetchTimeoutMs = f["media-fetch-timeout"] * 1000;
+  if (f["mm-processor-cache-gb"] !== undefined) out.imageCacheBytes = Math.round(f["mm-processor-cache-gb"] * 1024 ** 3);
   return out;
 }

@@ -12,6 +12,7 @@ import type { AppOptions } from "./app-options.ts";
 import { anthropicErrorBody, anthropicStatus, ApiError, schemaError } from "./errors.ts";
 import type { ServerLifecycle } from "./lifecycle.ts";
 import { fetchImageUrls } from "./image-fetch.ts";
+import type { PreparedImage } from "./image-prep.ts";
 import { withAdapter } from "./lora.ts";
 import { awaitTaken, type ParamNames } from "./refusals.ts";
 import { completeJson, completeStream } from "./respond.ts";
@@ -42,9 +43,10 @@ export interface RouteKit {
   ctxFor(model: string | null | undefined): ServeContext;
   /**
    * Reads the image URLs under `body[field]` that the server may read (image-fetch.ts) and puts them
-   * back as data URLs, where the model reads images (a text-only model's requests are refused later, by name).
+   * back as data URLs, where the model reads images (a text-only model's requests are refused later, by
+   * name), and prepares its images off the server's thread (image-prep.ts): what it returns, by data-URL digest.
    */
-  readImages(body: object, field: string): Promise<void>;
+  readImages(body: object, field: string): Promise<Map<string, PreparedImage>>;
   /** A generation request's body, checked (its image URLs read: `messages`, `input`), and the context of the model (or adapter) it asks for. */
   parse<T extends { model: string }>(c: Context, schema: ZodType<T>): Promise<[T, ServeContext]>;
   /** A whole (non-streamed) answer; a client that hangs up before it is ready cancels the request. */
@@ -119,15 +121,16 @@ export function routeKit(o: AppOptions, ctx: ServeContext, life: ServerLifecycle
     if (!adapters().includes(model)) throw new ApiError(404, `The model '${model}' does not exist; this server serves ${served()}`, "model", "model_not_found");
     return { ...ctx, modelName: model, engine: withAdapter(o.engine, model) };
   };
-  const readImages = async (body: object, field: string): Promise<void> => {
-    if (ctx.config.vision) await fetchImageUrls(ctx.imageFetch, body as Record<string, unknown>, field);
+  const readImages = async (body: object, field: string): Promise<Map<string, PreparedImage>> => {
+    if (!ctx.imagePrep) return new Map();
+    return ctx.imagePrep.prepare(await fetchImageUrls(ctx.imageFetch, body as Record<string, unknown>, field));
   };
   const parse = async <T extends { model: string }>(c: Context, schema: ZodType<T>): Promise<[T, ServeContext]> => {
     const body = await readJsonBody(c, schema);
     const served = ctxFor(body.model);
-    await readImages(body, "messages");
-    await readImages(body, "input");
-    return [body, served];
+    if (!ctx.imagePrep) return [body, served];
+    const preparedImages = new Map([...await readImages(body, "messages"), ...await readImages(body, "input")]);
+    return [body, preparedImages.size > 0 ? { ...served, preparedImages } : served];
   };
   const whole = async (c: Context, submitted: Submitted, end: () => void, answer: () => Promise<Record<string, unknown>>): Promise<Response> => {
     try {

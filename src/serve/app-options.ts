@@ -12,6 +12,7 @@ import type { ServerLifecycle } from "./lifecycle.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
 import type { ServeContext } from "./serve-context.ts";
 import { type ImageFetchOptions, NO_IMAGE_FETCH } from "./image-fetch.ts";
+import { DEFAULT_IMAGE_CACHE_BYTES, ImagePrep } from "./image-prep.ts";
 import { toolCallSyntax } from "./tool-calls-mistral.ts";
 
 /** Server settings. */
@@ -54,6 +55,8 @@ export interface AppOptions {
   allowRuntimeLora?: boolean;
   /** Where image URLs may be read from (default: nowhere; image-fetch.ts). */
   imageFetch?: ImageFetchOptions;
+  /** Prepares the model's images (image-prep.ts); default one that works on the calling thread, where the model reads images. */
+  imagePrep?: ImagePrep;
 }
 
 /** Where a request's left-out sampling parameters come from (`--generation-config`). */
@@ -89,5 +92,6 @@ export function serveContextOf(o: AppOptions): ServeContext {
     samplingDefaults: samplingDefaultsOf(o.model, o.generationConfig),
     priorityScheduling: (o.schedulingPolicy ?? "priority") === "priority",
     imageFetch: o.imageFetch ?? NO_IMAGE_FETCH,
+    ...(o.model.config.vision ? { imagePrep: o.imagePrep ?? new ImagePrep(o.model.config.vision.preprocess, DEFAULT_IMAGE_CACHE_BYTES, false) } : {}),
   };
 }

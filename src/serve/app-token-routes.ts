@@ -35,8 +35,8 @@ export function addTokenRoutes(app: Hono, kit: RouteKit): void {
   app.post("/tokenize", async (c) => {
     const body = await readBody(c, TokenizeRequestSchema);
     const ctx = ctxFor(body.model);
-    await readImages(body, "messages");
-    return c.json(tokenize(ctx, body));
+    const preparedImages = await readImages(body, "messages");
+    return c.json(tokenize({ ...ctx, preparedImages }, body));
   });
   app.post("/detokenize", async (c) => {
     const body = await readBody(c, DetokenizeRequestSchema);

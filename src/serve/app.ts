@@ -36,6 +36,11 @@ function sameKey(given: string, key: string): boolean {
   return timingSafeEqual(digest(given), digest(key));
 }
 
+/** The largest request body by default (`--max-body-bytes`). */
+export const DEFAULT_BODY_BYTES = 2 * 1024 * 1024;
+/** The largest request body by default where the model reads images (`--mmproj`). */
+export const DEFAULT_IMAGE_BODY_BYTES = 64 * 1024 * 1024;
+
 /** Builds the app. */
 export function createApp(o: AppOptions): Hono {
   const ctx = serveContextOf(o);
@@ -72,7 +77,9 @@ export function createApp(o: AppOptions): Hono {
   // The API routes, and vLLM's tokenizer routes beside them: the key and the body limit apply to all.
   const guarded = ["/v1/*", "/v2/*", "/tokenize", "/detokenize", "/score", "/rerank"];
   for (const path of guarded) app.use(path, checkKey);
-  const limit = o.maxBodyBytes ?? 2 * 1024 * 1024;
+  // A model that reads images takes their bytes inline: an agent's conversation resends every screenshot
+  // (OpenAI takes 50 MB of images a request); text alone stays within 2 MiB.
+  const limit = o.maxBodyBytes ?? (o.model.config.vision ? DEFAULT_IMAGE_BODY_BYTES : DEFAULT_BODY_BYTES);
   const bodies = readBodyFirst({ maxBytes: limit, idleMs: o.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS, fail });
   for (const path of guarded) app.use(path, bodies);
 

@@ -42,7 +42,7 @@ export function readBodyFirst(o: BodyReadOptions): MiddlewareHandler {
     c.header("Connection", "close");
     return o.fail(c, e);
   };
-  const tooLarge = () => new ApiError(413, `The request body is larger than ${o.maxBytes} bytes`, null, "body_too_large");
+  const tooLarge = () => new ApiError(413, `The request body is larger than ${o.maxBytes} bytes (the server's --max-body-bytes)`, null, "body_too_large");
   return async (c, next) => {
     const body = c.req.raw.body;
     if (!body) return next();

@@ -6,8 +6,8 @@
 import { type TurnOptions } from "./chat-template.ts";
 import { ApiError } from "./errors.ts";
 import type { PromptImage } from "../engine/engine-types.ts";
-import type { DecodedImage } from "../model/vision/png.ts";
-import { encodeWithImages, imageFromUrl, MAX_IMAGES } from "./prompt-images.ts";
+import type { PreparedImage } from "./image-prep.ts";
+import { encodeWithImages, MAX_IMAGES } from "./prompt-images.ts";
 import { MAY_THINK } from "../engine/grammar.ts";
 import { chatEcho } from "./request-checks.ts";
 import { chatGrammar } from "./output-grammar.ts";
@@ -57,10 +57,11 @@ export function chatPrompt(ctx: ServeContext, body: ChatRequest): { text: string
   return { text, prompt, tools };
 }
 
-/** The images of a chat's messages, decoded, in the order their parts come (a 400 where the model reads text only). */
-function chatImages(ctx: ServeContext, messages: ChatRequest["messages"]): DecodedImage[] {
-  const images: DecodedImage[] = [];
-  if (!ctx.config.vision && messages.some((m) => Array.isArray(m.content) && m.content.some((p) => p.type === "image_url"))) {
+/** The images of a chat's messages, prepared (image-prep.ts), in the order their parts come (a 400 where the model reads text only). */
+function chatImages(ctx: ServeContext, messages: ChatRequest["messages"]): PreparedImage[] {
+  const images: PreparedImage[] = [];
+  const prep = ctx.imagePrep;
+  if (!prep && messages.some((m) => Array.isArray(m.content) && m.content.some((p) => p.type === "image_url"))) {
     throw new ApiError(400, "This model reads text only: image parts need a vision projector, loaded with --mmproj", "messages", "invalid_value");
   }
   messages.forEach((m, i) => {
@@ -68,7 +69,7 @@ function chatImages(ctx: ServeContext, messages: ChatRequest["messages"]): Decod
     m.content.forEach((part, j) => {
       if (part.type !== "image_url") return;
       if (images.length === MAX_IMAGES) throw new ApiError(400, `A request may hold at most ${MAX_IMAGES} images; image ${MAX_IMAGES + 1} is at messages[${i}].content[${j}]`, "messages", "invalid_value");
-      images.push(imageFromUrl(part.image_url.url, `messages[${i}].content[${j}].image_url.url`));
+      images.push(prep!.prepared(part.image_url.url, `messages[${i}].content[${j}].image_url.url`, ctx.preparedImages));
     });
   });
   return images;

@@ -71,14 +71,15 @@ function imageRefs(value: unknown, param: string, out: ImageRef[]): void {
 
 /**
  * Reads every `http(s)://` and `file://` image URL under `body[field]` and writes it back as a base64
- * data URL, in place. Throws a 400 naming the part for a URL it may not or could not read (one
- * failure stops the others). Other URLs (data URLs, anything else) are left for the prompt to read or refuse.
+ * data URL, in place, and returns every image URL there is then. Throws a 400 naming the part for a
+ * URL it may not or could not read (one failure stops the others). Other URLs (data URLs, anything
+ * else) are left for the prompt to read or refuse.
  */
-export async function fetchImageUrls(options: ImageFetchOptions, body: Record<string, unknown>, field: string): Promise<void> {
+export async function fetchImageUrls(options: ImageFetchOptions, body: Record<string, unknown>, field: string): Promise<string[]> {
   const refs: ImageRef[] = [];
   imageRefs(body[field], field, refs);
   const remote = refs.filter((r) => /^(https?|file):/i.test(r.url));
-  if (remote.length === 0) return;
+  if (remote.length === 0) return refs.map((r) => r.url);
   // Counted before anything is fetched: a request of a thousand URLs reads none.
   if (refs.length > MAX_IMAGES) throw new ApiError(400, `A request may hold at most ${MAX_IMAGES} images, got ${refs.length}`, field, "invalid_value");
   const abort = new AbortController();
@@ -90,6 +91,7 @@ export async function fetchImageUrls(options: ImageFetchOptions, body: Record<st
   } finally {
     abort.abort();
   }
+  return refs.map((r) => r.url);
 }
 
 /** The media type a data URL names for these bytes (what decodes them is told by their signature anyway). */

@@ -12,6 +12,7 @@ import { preprocessImage } from "../model/vision/image-preprocess.ts";
 import { imageKey, imageTokenIds } from "../model/vision/image-tokens.ts";
 import { type DecodedImage, ImageDecodeError } from "../model/vision/png.ts";
 import { decodeImage } from "../model/vision/image-decode.ts";
+import type { PreparedImage } from "./image-prep.ts";
 
 /** What a chat template sees where an image part was (llama.cpp's media marker). */
 export const IMAGE_MARKER = "<__media__>";
@@ -49,9 +50,9 @@ export function imageFromUrl(url: string, param: string): DecodedImage {
 /**
  * A rendered prompt with `images` where its markers are, in order: each text piece tokenized (the
  * first with BOS where `addBos`), each image its tower's positions, their ids drawn from its pixels'
- * key. The markers must match the images one for one.
+ * key (an image prepared already keeps its pixels and key). The markers must match the images one for one.
  */
-export function encodeWithImages(ctx: Pick<ServeContext, "config" | "tokenizer">, text: string, images: readonly DecodedImage[], addBos: boolean, param: string): { prompt: number[]; images: PromptImage[] } {
+export function encodeWithImages(ctx: Pick<ServeContext, "config" | "tokenizer">, text: string, images: readonly (DecodedImage | PreparedImage)[], addBos: boolean, param: string): { prompt: number[]; images: PromptImage[] } {
   const vision = ctx.config.vision;
   if (!vision) throw new ApiError(400, "This model reads text only: image parts need a vision projector, loaded with --mmproj", param, "invalid_value");
   const pieces = text.split(IMAGE_MARKER);
@@ -61,8 +62,9 @@ export function encodeWithImages(ctx: Pick<ServeContext, "config" | "tokenizer">
   const prompt = ctx.tokenizer.encode(pieces[0], { addBos });
   const placed: PromptImage[] = [];
   images.forEach((image, i) => {
-    const pixels = preprocessImage(image, vision.preprocess);
-    const key = imageKey(pixels);
+    // Prepared already (image-prep.ts), or preprocessed here.
+    const pixels = "key" in image ? image.pixels : preprocessImage(image, vision.preprocess);
+    const key = "key" in image ? image.key : imageKey(pixels);
     // Gemma 3's image sits between its start and end tokens, as its processor writes it.
     if (vision.wrap) prompt.push(...ctx.tokenizer.encode(vision.wrap.before, { addBos: false }));
     placed.push({ start: prompt.length, length: vision.tokensPerImage, pixels, key });

@@ -8,6 +8,7 @@ import type { ModelConfig, SamplingDefaults, Tokenizer } from "../model/config.t
 import type { ChatOutputOptions } from "./chat-output.ts";
 import type { ChatRenderer } from "./chat-template.ts";
 import type { ImageFetchOptions } from "./image-fetch.ts";
+import type { ImagePrep, PreparedImages } from "./image-prep.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
 import type { ParamNames } from "./refusals.ts";
 
@@ -35,6 +36,10 @@ export interface ServeContext {
   priorityScheduling: boolean;
   /** Where image URLs may be read from (`--allowed-media-domains`, `--allowed-local-media-path`: image-fetch.ts). */
   imageFetch: ImageFetchOptions;
+  /** Where the model reads images: prepares them, and keeps them by data URL (image-prep.ts). */
+  imagePrep?: ImagePrep;
+  /** This request's images, prepared before its body was read (app-kit.ts `parse`), by data-URL digest. */
+  preparedImages?: PreparedImages;
 }
 
 /** Which endpoint a request came through. */

@@ -209,6 +209,8 @@ export interface ServerOptions {
   allowedLocalMediaPath?: string;
   /** The longest an image URL's read may take, in ms (`--media-fetch-timeout`; default 5000, vLLM's). */
   mediaFetchTimeoutMs?: number;
+  /** Bytes of prepared images kept by data URL, so that a resent screenshot is not decoded again (`--mm-processor-cache-gb`; default 1 GiB; 0 keeps none: image-prep.ts). */
+  imageCacheBytes?: number;
   /** Quantize the model's f32/f16/bf16 matrices into this block format at load (`--quantize`); workers do the same. */
   quantize?: QuantizeDType;
   /** Told what the model's load has to say (i-quant tensors converted on the host, gguf-loader.ts); `serve` prints it. */

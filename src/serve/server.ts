@@ -27,6 +27,7 @@ import { ServerLifecycle } from "./lifecycle.ts";
 import { reasoningTokensOf } from "./harmony-prompt.ts";
 import { detectReasoningParser } from "./reasoning.ts";
 import type { RunningServer, ServerOptions } from "./server-options.ts";
+import { DEFAULT_IMAGE_CACHE_BYTES, ImagePrep } from "./image-prep.ts";
 import { DEFAULT_MEDIA_FETCH_TIMEOUT_MS, type ImageFetchOptions, MAX_IMAGE_FILE_BYTES } from "./image-fetch.ts";
 import { type PlannerLogRecord, plannerLogRecord, type RouteLogRecord, routeLogRecord, StepLogWriter } from "./step-log.ts";
 import { AGED_SHORT_FIRST } from "../../planner/prefill-order.ts";
@@ -150,8 +151,10 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     loraSources.set(m.name, m.path);
   }
   const lifecycle = new ServerLifecycle();
+  // Images prepared in a thread of their own and kept by data URL (image-prep.ts); ended at shutdown.
+  const imagePrep = model.config.vision ? new ImagePrep(model.config.vision.preprocess, o.imageCacheBytes ?? DEFAULT_IMAGE_CACHE_BYTES) : undefined;
   const toolCallParser = o.toolCallParser === "auto" ? detectToolCallFormat(model.chatTemplate, model.config.architecture) : o.toolCallParser ?? "hermes";
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, ...(o.allowedOrigins ? { allowedOrigins: o.allowedOrigins } : {}), maxBodyBytes: o.maxBodyBytes, bodyTimeoutMs: o.bodyTimeoutMs, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora, imageFetch: imageFetchOf(o) });
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, ...(o.allowedOrigins ? { allowedOrigins: o.allowedOrigins } : {}), maxBodyBytes: o.maxBodyBytes, bodyTimeoutMs: o.bodyTimeoutMs, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora, imageFetch: imageFetchOf(o), ...(imagePrep ? { imagePrep } : {}) });
   let l: Listening;
   try {
     l = await listen(app.fetch, o.host, o.port);
@@ -164,6 +167,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     await stepLog?.close();
     await plannerLog?.close();
     await routeLog?.close();
+    await imagePrep?.close();
     throw e;
   }
   return {
@@ -197,6 +201,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       await stepLog?.close();
       await plannerLog?.close();
       await routeLog?.close();
+      await imagePrep?.close();
     },
   };
 }

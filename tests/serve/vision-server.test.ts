@@ -131,6 +131,27 @@ test("startServer() without a projector refuses images by name", async () => {
   }, false);
 });
 
+test("startServer({ mmproj }) takes request bodies past 2 MiB (images come inline) up to 64 MiB by default; a text-only server's stay at 2 MiB, 413 naming the flag", async () => {
+  // Noise barely compresses: ~3.2 MB of PNG, ~4.3 MB as base64.
+  const w = 1100, h = 1000;
+  let x = 7;
+  const rgb = Uint8Array.from({ length: w * h * 3 }, () => (x = (Math.imul(x, 1103515245) + 12345) >>> 0) >>> 24);
+  const png = encodePng({ width: w, height: h, rgb });
+  let text = "";
+  for (let i = 0; i < png.length; i += 0x8000) text += String.fromCharCode(...png.subarray(i, i + 0x8000));
+  const big = `data:image/png;base64,${btoa(text)}`;
+  assert.ok(big.length > 4 * 1024 * 1024, `${big.length} bytes`);
+  await withServer(async (client) => {
+    const r = await client.chat.completions.create(ask([{ type: "text", text: "Once upon a time" }, image(big)]));
+    assert.ok(r.usage!.prompt_tokens >= 16);
+  });
+  await withServer(async (client) => {
+    const r = await refusal(client.chat.completions.create(ask([{ type: "text", text: big }])));
+    assert.equal(r.status, 413);
+    assert.match(r.message, /The request body is larger than 2097152 bytes \(the server's --max-body-bytes\)/);
+  }, false);
+});
+
 /** Greedy answers to image prompts (one repeated) from a server started with `o` and the projector. */
 async function clusterAnswers(o: Partial<Parameters<typeof startServer>[0]>): Promise<string[]> {
   const s = await startServer({ modelPath, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, mmproj, ...o });

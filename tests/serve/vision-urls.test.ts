@@ -216,13 +216,14 @@ test("startServer({ allowedMediaDomains, allowedLocalMediaPath }) answers image 
 });
 
 test("mediaFlags() checks serve's image-URL flags: host names or *, a directory, with --mmproj", () => {
-  assert.deepEqual(mediaFlags({ mmproj: "m.gguf", "allowed-media-domains": "Images.Example.com, 127.0.0.1,[::1]", "allowed-local-media-path": media, "media-fetch-timeout": 2.5 }), {
-    allowedMediaDomains: ["images.example.com", "127.0.0.1", "::1"], allowedLocalMediaPath: media, mediaFetchTimeoutMs: 2500,
+  assert.deepEqual(mediaFlags({ mmproj: "m.gguf", "allowed-media-domains": "Images.Example.com, 127.0.0.1,[::1]", "allowed-local-media-path": media, "media-fetch-timeout": 2.5, "mm-processor-cache-gb": 0.5 }), {
+    allowedMediaDomains: ["images.example.com", "127.0.0.1", "::1"], allowedLocalMediaPath: media, mediaFetchTimeoutMs: 2500, imageCacheBytes: 512 * 1024 ** 2,
   });
   assert.deepEqual(mediaFlags({ mmproj: "m.gguf" }), {});
   const cases: [Parameters<typeof mediaFlags>[0], RegExp][] = [
     [{ "allowed-media-domains": "*" }, /Flag --allowed-media-domains says where image URLs are read from; it needs --mmproj/],
     [{ "media-fetch-timeout": 3 }, /Flag --media-fetch-timeout .* needs --mmproj/],
+    [{ "mm-processor-cache-gb": 0 }, /Flag --mm-processor-cache-gb sizes the cache of prepared images; it needs --mmproj/],
     [{ mmproj: "m", "allowed-media-domains": "https://images.example.com" }, /"https:\/\/images\.example\.com" is not a host name/],
     [{ mmproj: "m", "allowed-media-domains": "a.com,b.com:8080" }, /"b\.com:8080" is not a host name/],
     [{ mmproj: "m", "allowed-local-media-path": `${media}/shot.png` }, /--allowed-local-media-path: ".*shot\.png" is not a directory/],
