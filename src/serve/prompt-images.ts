@@ -5,6 +5,7 @@
  * as the marker text, where its part was among the message's parts, as llama.cpp's server renders
  * them for models whose template takes text.
  */
+import { Buffer } from "node:buffer";
 import type { PromptImage } from "../engine/engine-types.ts";
 import { ApiError } from "./errors.ts";
 import type { ServeContext } from "./serve-context.ts";
@@ -30,15 +31,15 @@ export function imageFromUrl(url: string, param: string): DecodedImage {
   const m = /^data:([^;,]*)((?:;[^;,]*)*),/i.exec(url);
   if (!m) throw bad(`An image URL should be a base64 data URL (data:image/png;base64,...), got ${JSON.stringify(url.slice(0, 40))}`);
   if (!m[2].toLowerCase().split(";").includes("base64")) throw bad(`An image data URL should be base64-encoded, got ${JSON.stringify(url.slice(0, m[0].length))}`);
-  const payload = url.slice(m[0].length);
-  if (!/^[A-Za-z0-9+/=\s_-]*$/.test(payload)) throw bad("An image data URL's payload is not base64");
-  let text: string;
-  try {
-    text = atob(payload.replace(/\s/g, "").replace(/-/g, "+").replace(/_/g, "/"));
-  } catch {
-    throw bad("An image data URL's payload is not base64 (its length or padding is wrong)");
-  }
-  const bytes = Uint8Array.from(text, (c) => c.charCodeAt(0));
+  const raw = url.slice(m[0].length);
+  if (!/^[A-Za-z0-9+/=\s_-]*$/.test(raw)) throw bad("An image data URL's payload is not base64");
+  // atob's rules (WHATWG forgiving-base64, URL-safe letters allowed), checked here; the bytes come
+  // from Buffer's native decoder, as mapping atob's string to bytes took ~115 ms for a 1.4 MB PNG.
+  const payload = /\s/.test(raw) ? raw.replace(/\s+/g, "") : raw;
+  const unpadded = payload.length % 4 === 0 ? payload.replace(/={1,2}$/, "") : payload;
+  if (unpadded.length % 4 === 1 || unpadded.includes("=")) throw bad("An image data URL's payload is not base64 (its length or padding is wrong)");
+  const buffer = Buffer.from(unpadded, "base64");
+  const bytes = new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
   try {
     return decodeImage(bytes, { maxPixels: MAX_IMAGE_PIXELS });
   } catch (e) {

@@ -31,7 +31,10 @@ function padToSquare(image: DecodedImage, mean: readonly [number, number, number
   const side = Math.max(width, height), x0 = (side - width) >> 1, y0 = (side - height) >> 1;
   const out = new Uint8Array(side * side * 3);
   const fill = mean.map((m) => Math.min(255, Math.max(0, Math.trunc(m * 255))));
-  for (let i = 0; i < side * side; i++) out.set(fill, i * 3);
+  // One row of the colour, copied into every row (a 1920-pixel side is 3.7 M pixels), then the image over it.
+  const row = new Uint8Array(side * 3);
+  for (let x = 0; x < side; x++) row.set(fill, x * 3);
+  for (let y = 0; y < side; y++) out.set(row, y * side * 3);
   for (let y = 0; y < height; y++) out.set(rgb.subarray(y * width * 3, (y + 1) * width * 3), ((y0 + y) * side + x0) * 3);
   return { width: side, height: side, rgb: out };
 }
