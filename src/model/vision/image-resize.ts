@@ -82,6 +82,38 @@ function clip8(sum: number): number {
 }
 
 /**
+ * One pass along an axis: for each of `lines` lines, each output pixel the weighted sum of its taps,
+ * rounded and clipped (Pillow's ImagingResampleHorizontal/Vertical_8bpc). Strides in bytes: between
+ * lines in `src` and `dst`, between taps along the axis in `src`, between outputs in `dst`.
+ */
+function resamplePass(src: Uint8Array, dst: Uint8Array, lines: number, k: ReturnType<typeof coefficients>, stride: { srcLine: number; dstLine: number; tap: number; out: number }): void {
+  const half = 1 << (PRECISION_BITS - 1);
+  const outs = k.first.length;
+  // Lines outermost where a line is contiguous (the horizontal pass), outputs outermost where the
+  // lines lie side by side (the vertical pass): either way the innermost reads move through memory in order.
+  const linesOuter = stride.tap < stride.srcLine;
+  const [outerCount, innerCount] = linesOuter ? [lines, outs] : [outs, lines];
+  for (let outer = 0; outer < outerCount; outer++) {
+    for (let inner = 0; inner < innerCount; inner++) {
+      const line = linesOuter ? outer : inner, o = linesOuter ? inner : outer;
+      const n = k.count[o], at = k.ksize * o;
+      let p = line * stride.srcLine + k.first[o] * stride.tap;
+      let r = half, g = half, b = half;
+      for (let i = 0; i < n; i++, p += stride.tap) {
+        const w = k.weights[at + i];
+        r += src[p] * w;
+        g += src[p + 1] * w;
+        b += src[p + 2] * w;
+      }
+      const d = line * stride.dstLine + o * stride.out;
+      dst[d] = clip8(r);
+      dst[d + 1] = clip8(g);
+      dst[d + 2] = clip8(b);
+    }
+  }
+}
+
+/**
  * `image` resized to width × height with `filter`, as PIL's `image.resize((width, height), resample)`
  * (reducing_gap None, Hugging Face's call) gives it for an RGB image, byte for byte.
  * @throws {RangeError} when a size is not a positive whole number or the image's bytes do not match its size.
@@ -92,48 +124,14 @@ export function resizeImage(image: DecodedImage, width: number, height: number, 
   }
   const { width: inW, height: inH, rgb } = image;
   if (rgb.length !== inW * inH * 3) throw new RangeError(`A ${inW} × ${inH} RGB image needs ${inW * inH * 3} bytes, not ${rgb.length}`);
-  const half = 1 << (PRECISION_BITS - 1);
-  // Horizontal pass (Pillow skips a pass whose size does not change).
+  // Horizontal first, then vertical, each rounded to 8 bits; Pillow skips a pass whose size does not change.
   let mid = rgb;
   if (width !== inW) {
-    const h = coefficients(inW, width, filter);
     mid = new Uint8Array(width * inH * 3);
-    for (let y = 0; y < inH; y++) {
-      const row = y * inW * 3;
-      for (let x = 0; x < width; x++) {
-        const from = h.first[x], n = h.count[x], k = x * h.ksize;
-        let r = half, g = half, b = half;
-        for (let i = 0; i < n; i++) {
-          const wgt = h.weights[k + i], p = row + (from + i) * 3;
-          r += rgb[p] * wgt;
-          g += rgb[p + 1] * wgt;
-          b += rgb[p + 2] * wgt;
-        }
-        const o = (y * width + x) * 3;
-        mid[o] = clip8(r);
-        mid[o + 1] = clip8(g);
-        mid[o + 2] = clip8(b);
-      }
-    }
+    resamplePass(rgb, mid, inH, coefficients(inW, width, filter), { srcLine: inW * 3, dstLine: width * 3, tap: 3, out: 3 });
   }
   if (height === inH) return { width, height, rgb: mid };
-  const v = coefficients(inH, height, filter);
   const out = new Uint8Array(width * height * 3);
-  for (let y = 0; y < height; y++) {
-    const from = v.first[y], n = v.count[y], k = y * v.ksize;
-    for (let x = 0; x < width; x++) {
-      let r = half, g = half, b = half;
-      for (let i = 0; i < n; i++) {
-        const wgt = v.weights[k + i], p = ((from + i) * width + x) * 3;
-        r += mid[p] * wgt;
-        g += mid[p + 1] * wgt;
-        b += mid[p + 2] * wgt;
-      }
-      const o = (y * width + x) * 3;
-      out[o] = clip8(r);
-      out[o + 1] = clip8(g);
-      out[o + 2] = clip8(b);
-    }
-  }
+  resamplePass(mid, out, width, coefficients(inH, height, filter), { srcLine: 3, dstLine: 3, tap: width * 3, out: width * 3 });
   return { width, height, rgb: out };
 }
