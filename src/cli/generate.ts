@@ -44,7 +44,7 @@ const FLAGS = {
   seed: { kind: "int", help: "sampling seed (default 0)" },
   "num-scheduler-steps": { kind: "int", min: 1, help: "decode forwards per read of their tokens, each fed the ids the one before sampled on the device: the same tokens (default 4 on WebGPU, else 1; serve's flag)" },
   mmproj: { kind: "string", nonEmpty: true, help: "a llama.cpp multimodal projector file (mmproj-*.gguf: LLaVA's or Gemma 3's vision tower), for --image" },
-  image: { kind: "string", nonEmpty: true, help: `a PNG or JPEG file the prompt holds (needs --mmproj): at "${IMAGE_MARKER}" in the prompt, else before it` },
+  image: { kind: "string", nonEmpty: true, help: `a PNG, JPEG or GIF file the prompt holds (needs --mmproj): at "${IMAGE_MARKER}" in the prompt, else before it` },
   lora: { kind: "string", help: "a LoRA adapter to run with: a llama.cpp GGUF adapter file or a Hugging Face PEFT directory (default none)" },
   "lora-scale": { kind: "number", help: "multiplies the adapter's delta (llama.cpp's --lora-scaled; default 1)" },
   backend: { kind: "string", help: `${BACKEND_NAMES.join("|")} (default auto)` },

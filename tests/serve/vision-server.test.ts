@@ -100,7 +100,8 @@ test("startServer({ mmproj }) answers 400 naming what it cannot read: URLs it ma
     const cases: [Part[], RegExp][] = [
       [[image("https://example.com/cat.png")], /this server fetches no image URLs \(start it with --allowed-media-domains HOST,\.\.\. to fetch from those hosts\); or send the image inline as a base64 data URL/],
       [[image("data:image/jpeg;base64,/9j/4AAQSkZJRgABAQ==")], /The image is not a readable JPEG: /],
-      [[image("data:image/gif;base64,R0lGODlhAQABAAAAACw=")], /GIF images are not read yet; send PNG or JPEG/],
+      [[image("data:image/gif;base64,R0lGODlhAQABAAAAACw=")], /The image is not a readable GIF: The file ends inside an image descriptor/],
+      [[image("data:image/webp;base64,UklGRiQAAABXRUJQVlA4IBgAAAAwAQCdASoBAAEAAwA0JaQAA3AA/vuUAAA=")], /WebP images are not read yet; send PNG, JPEG or GIF/],
       [[image("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAA")], /The image is not a readable PNG: /],
       [[image("data:image/png,rawbytes")], /should be base64-encoded/],
       [[image("not a url")], /should be a base64 data URL/],
@@ -150,6 +151,21 @@ test("startServer({ mmproj }) takes request bodies past 2 MiB (images come inlin
     assert.equal(r.status, 413);
     assert.match(r.message, /The request body is larger than 2097152 bytes \(the server's --max-body-bytes\)/);
   }, false);
+});
+
+test("startServer({ mmproj }) reads a GIF as the PNG of its pixels: the same answer, cached through the image", async () => {
+  const { readFileSync } = await import("node:fs");
+  const { decodeGif } = await import("../../src/model/vision/gif.ts");
+  const fixture = JSON.parse(readFileSync(`${projectRoot}/tests/model/fixtures/pil-gif.json`, "utf8")) as { cases: { gif: string }[] };
+  const gifBase64 = fixture.cases[1].gif;
+  const pixels = decodeGif(Uint8Array.from(atob(gifBase64), (c) => c.charCodeAt(0)));
+  const png = `data:image/png;base64,${btoa(String.fromCharCode(...encodePng(pixels)))}`;
+  await withServer(async (client) => {
+    const fromPng = await client.chat.completions.create(ask([{ type: "text", text: "Once upon a time" }, image(png)]));
+    const fromGif = await client.chat.completions.create(ask([{ type: "text", text: "Once upon a time" }, image(`data:image/gif;base64,${gifBase64}`)]));
+    assert.equal(fromGif.choices[0].message.content, fromPng.choices[0].message.content);
+    assert.ok((fromGif.usage?.prompt_tokens_details?.cached_tokens ?? 0) >= 16, "the same pixels, the same image tokens: cached through it");
+  });
 });
 
 /** Greedy answers to image prompts (one repeated) from a server started with `o` and the projector. */

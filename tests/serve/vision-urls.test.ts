@@ -179,7 +179,7 @@ test("startServer({ allowedMediaDomains, allowedLocalMediaPath }) answers image 
     const away = await refusal(client.chat.completions.create(ask(`http://localhost:${host.port}/1.png`)));
     assert.equal(away.status, 400);
     assert.match(away.message, /Could not read the image at "http:\/\/localhost:\d+\/1\.png": this server fetches images only from 127\.0\.0\.1/);
-    assert.match((await refusal(client.chat.completions.create(ask(`${host.url}/text`)))).message, /The data is not a PNG or JPEG image \(19 bytes\)/);
+    assert.match((await refusal(client.chat.completions.create(ask(`${host.url}/text`)))).message, /The data is not a PNG, JPEG or GIF image \(19 bytes\)/);
     assert.match((await refusal(client.chat.completions.create(ask(`file://${dir}/secret.png`)))).message, /outside/);
     // /tokenize counts a URL's image as its bytes'.
     const count = async (url: string) => (await (await fetch(`${s.url}/tokenize`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "stories260K", messages: ask(url).messages }) })).json()).count;
