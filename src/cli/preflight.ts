@@ -4,11 +4,12 @@
  * large one) to learn of.
  */
 import net from "node:net";
-import { statSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { ModelLoadError } from "../model/config.ts";
 import { pathExists } from "../runtime/fs.ts";
 import { ListenError } from "../serve/listen.ts";
 import { ArgsError } from "./args.ts";
+import { Template } from "@huggingface/jinja";
 
 /**
  * The host to listen on from `--host`: a host name or an IP address, `[::1]` read as `::1`. A port,
@@ -106,4 +107,28 @@ export function mediaFlags(f: { mmproj?: string; "allowed-media-domains"?: strin
   if (f["media-fetch-timeout"] !== undefined) out.mediaFetchTimeoutMs = f["media-fetch-timeout"] * 1000;
   if (f["mm-processor-cache-gb"] !== undefined) out.imageCacheBytes = Math.round(f["mm-processor-cache-gb"] * 1024 ** 3);
   return out;
+}
+
+/**
+ * `--chat-template`'s template, as vLLM reads the flag: the file it names, else the value itself where it
+ * is a template (holds `{{` or `{%`); a value that is neither is an ArgsError (a mistyped path would
+ * otherwise render every prompt as its own text).
+ */
+export function chatTemplateFlag(value: string): { text: string; from: string } {
+  let text: string | undefined;
+  try {
+    text = readFileSync(value, "utf8");
+  } catch {
+    // Not a file: the value itself, if it is a template.
+  }
+  if (text === undefined && !/\{[{%]/.test(value)) throw new ArgsError(`Flag --chat-template: "${value}" is neither a file nor a template (no "{{" or "{%" in it)`);
+  const template = text ?? value;
+  const from = text === undefined ? "the flag" : `the file ${value}`;
+  if (template.trim() === "") throw new ArgsError(`Flag --chat-template: ${from} is empty`);
+  try {
+    new Template(template);
+  } catch (e) {
+    throw new ArgsError(`Flag --chat-template: the template from ${from} does not parse: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  return { text: template, from };
 }

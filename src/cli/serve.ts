@@ -29,7 +29,7 @@ import { WorkerAuthError } from "../cluster/worker-auth.ts";
 import { ProfileFormatError } from "../cluster/engine-profiler.ts";
 import type { Role } from "../../planner/types.ts";
 import { ArgsError, parseArgs, usage } from "./args.ts";
-import { checkSideFiles, hostFlag, mediaFlags, probeListen } from "./preflight.ts";
+import { chatTemplateFlag, checkSideFiles, hostFlag, mediaFlags, probeListen } from "./preflight.ts";
 import { stopOnSignal } from "./serve-signals.ts";
 import { isQuantizeDType, QUANTIZE_DTYPES } from "../model/weights.ts";
 import { isProfilePlanner } from "../serve/sla-planner-setup.ts";
@@ -178,6 +178,7 @@ async function main(): Promise<void> {
   const badOrigin = allowedOrigins?.find((o) => o !== "*" && !/^[a-z][a-z0-9+.-]*:\/\/[^/\s]+$/i.test(o));
   if (badOrigin !== undefined) throw new ArgsError(`Flag --allowed-origins: "${badOrigin}" is not an origin (scheme://host[:port], no path) or *`);
   const media = mediaFlags(f);
+  const chatTemplate = f["chat-template"] === undefined ? undefined : chatTemplateFlag(f["chat-template"]);
   // As vLLM: the flag, else VLLM_API_KEY, so that a deployment moved over from vLLM does not open up silently.
   const apiKey = f["api-key"] ?? nonEmpty(envVar("VLLM_API_KEY"));
   const host = hostFlag(f.host ?? "127.0.0.1");
@@ -192,6 +193,7 @@ async function main(): Promise<void> {
     modelPath: f.model ?? DEFAULT_MODEL,
     ...(f.mmproj !== undefined ? { mmproj: f.mmproj } : {}),
     ...media,
+    ...(chatTemplate ? { chatTemplate: chatTemplate.text } : {}),
     ...(quantize ? { quantize } : {}),
     onLoadNote: (note) => console.error(`serve: loading: ${note}`),
     servedModelName: f["served-model-name"],
@@ -259,7 +261,7 @@ async function main(): Promise<void> {
   if (sampling) console.error(sampling);
   const tags = reasoningTags(s.reasoningParser);
   const auto = reasoningParser === "auto" ? "auto, from the chat template; " : "";
-  const tools = `; tool calls ${s.toolCallParser}${toolCallParser === "auto" ? " (auto, from the chat template)" : ""}`;
+  const tools = `; tool calls ${s.toolCallParser}${toolCallParser === "auto" ? " (auto, from the chat template)" : ""}${chatTemplate ? `; chat template from ${chatTemplate.from}` : ""}`;
   // Images are read where a projector was given (each worker loads it from the same path).
   const urls = [media.allowedMediaDomains ? `URLs from ${media.allowedMediaDomains.join(", ")}` : "", media.allowedLocalMediaPath ? `files under ${media.allowedLocalMediaPath}` : ""].filter((u) => u !== "");
   const images = f.mmproj !== undefined ? `; images with the projector ${f.mmproj}${urls.length > 0 ? ` (and ${urls.join(" and ")})` : ""}` : "";

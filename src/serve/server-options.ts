@@ -201,6 +201,8 @@ export interface ServerOptions {
   drainMs?: number;
   /** Shared secret of the TCP workers (`worker --worker-token`): each side proves it knows it. */
   workerToken?: string;
+  /** A chat template (Jinja text) used instead of the model's (`--chat-template`): for rendering chat messages and for telling the tool-call and reasoning parsers ("auto"). */
+  chatTemplate?: string;
   /** A llama.cpp projector file (`--mmproj`): the model reads images in its prompts (model/vision/); one engine only. */
   mmproj?: string;
   /** Hosts whose `http(s)://` image URLs are fetched (`--allowed-media-domains`; "*" any; default none: image-fetch.ts). */

@@ -43,13 +43,15 @@ export function modelNameOf(path: string): string {
 export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const { workers, transport } = checkClusterOptions(o);
   const onLoadNote = o.onLoadNote;
-  const model = o.model ?? (await loadModel(o.modelPath, {
+  const loaded = o.model ?? (await loadModel(o.modelPath, {
     ...(o.quantize ? { quantize: o.quantize } : {}),
     // Speculative method "mtp" drafts with the model's own multi-token-prediction block, "eagle3" and "eagle" with a head beside it.
     ...blockLoadOptions(o.speculative),
     ...(o.mmproj !== undefined ? { mmproj: o.mmproj } : {}),
     ...(onLoadNote ? { onProgress: (p: LoadProgress) => p.note !== undefined && onLoadNote(p.note) } : {}),
   }));
+  // `--chat-template`: the model's own is replaced for rendering and for telling its parsers.
+  const model = o.chatTemplate === undefined ? loaded : { ...loaded, chatTemplate: o.chatTemplate };
   // As vLLM: a limit past the model's context is refused, not quietly lowered to it.
   if (o.maxModelLen !== undefined && o.maxModelLen > model.config.contextLength) {
     throw new RangeError(`--max-model-len ${o.maxModelLen} is more than the model's context length ${model.config.contextLength}`);
