@@ -17,6 +17,10 @@ export interface FlagSpec {
   max?: number;
   /** A string flag that refuses an empty value (`--api-key=`), which would otherwise pass as set. */
   nonEmpty?: boolean;
+  /** Another name of the flag `aliasOf` (another server's, e.g. vLLM's): its value is that flag's. */
+  aliasOf?: string;
+  /** A flag another server has and this one does not: refused whatever its value, with this explanation (what to use here). */
+  refused?: string;
 }
 
 /** A parser's declarations, keyed by flag name without dashes (e.g. "max-tokens"). */
@@ -67,11 +71,14 @@ export function parseArgs<S extends FlagSpecs>(argv: readonly string[], specs: S
     const eq = arg.indexOf("=");
     const name = arg.slice(2, eq === -1 ? undefined : eq);
     const spec = Object.hasOwn(specs, name) ? specs[name] : undefined;
-    if (!spec) throw unknownFlag(name, Object.keys(specs));
+    if (!spec) throw unknownFlag(name, Object.keys(specs).filter((k) => specs[k].refused === undefined));
+    if (spec.refused !== undefined) throw new ArgsError(`Flag --${name} is not supported: ${spec.refused}`);
+    // An alias's value is recorded as its flag's (given both ways with two values, it is a contradiction).
+    const key = spec.aliasOf ?? name;
     if (spec.kind === "boolean") {
       const raw = eq === -1 ? "true" : arg.slice(eq + 1);
       if (raw !== "true" && raw !== "false") throw new ArgsError(`Flag --${name} expects true or false, got "${raw}"`);
-      set(out, name, raw === "true");
+      set(out, key, raw === "true");
       continue;
     }
     let raw: string;
@@ -84,7 +91,7 @@ export function parseArgs<S extends FlagSpecs>(argv: readonly string[], specs: S
       }
       raw = argv[++i];
     }
-    set(out, name, parseValue(name, spec, raw));
+    set(out, key, parseValue(name, spec, raw));
   }
   return out as ParsedFlags<S>;
 }

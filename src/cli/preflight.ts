@@ -132,3 +132,12 @@ export function chatTemplateFlag(value: string): { text: string; from: string } 
   }
   return { text: template, from };
 }
+
+/** vLLM's flags accepted for its command lines where they ask what this server does anyway; other values refused saying why. */
+export function checkVllmFlags(f: { "enable-prefix-caching"?: boolean; "enable-chunked-prefill"?: boolean; "tensor-parallel-size"?: number; dtype?: string }): void {
+  if (f["enable-prefix-caching"] === false) throw new ArgsError("Flag --enable-prefix-caching=false is not supported: prefix caching is always on here");
+  if (f["enable-chunked-prefill"] === false) throw new ArgsError("Flag --enable-chunked-prefill=false is not supported: long prompts always prefill in chunks here (--long-prefill-token-threshold sets their size)");
+  const tp = f["tensor-parallel-size"];
+  if (tp !== undefined && tp > 1) throw new ArgsError(`Flag --tensor-parallel-size ${tp} is not supported: each engine runs on one device here; --workers N runs N engines behind one router`);
+  if (f.dtype !== undefined && f.dtype !== "auto") throw new ArgsError(`Flag --dtype ${f.dtype} is not supported: weights are computed as stored (f32, f16, bf16 or quantized blocks); --quantize converts them at load`);
+}

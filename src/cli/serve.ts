@@ -29,7 +29,7 @@ import { WorkerAuthError } from "../cluster/worker-auth.ts";
 import { ProfileFormatError } from "../cluster/engine-profiler.ts";
 import type { Role } from "../../planner/types.ts";
 import { ArgsError, parseArgs, usage } from "./args.ts";
-import { chatTemplateFlag, checkSideFiles, hostFlag, mediaFlags, probeListen } from "./preflight.ts";
+import { chatTemplateFlag, checkSideFiles, checkVllmFlags, hostFlag, mediaFlags, probeListen } from "./preflight.ts";
 import { stopOnSignal } from "./serve-signals.ts";
 import { isQuantizeDType, QUANTIZE_DTYPES } from "../model/weights.ts";
 import { isProfilePlanner } from "../serve/sla-planner-setup.ts";
@@ -178,6 +178,7 @@ async function main(): Promise<void> {
   const badOrigin = allowedOrigins?.find((o) => o !== "*" && !/^[a-z][a-z0-9+.-]*:\/\/[^/\s]+$/i.test(o));
   if (badOrigin !== undefined) throw new ArgsError(`Flag --allowed-origins: "${badOrigin}" is not an origin (scheme://host[:port], no path) or *`);
   const media = mediaFlags(f);
+  checkVllmFlags(f);
   const chatTemplate = f["chat-template"] === undefined ? undefined : chatTemplateFlag(f["chat-template"]);
   // As vLLM: the flag, else VLLM_API_KEY, so that a deployment moved over from vLLM does not open up silently.
   const apiKey = f["api-key"] ?? nonEmpty(envVar("VLLM_API_KEY"));

@@ -69,3 +69,38 @@ test("usage() keeps a space between a flag longer than its column and the help",
   const text = usage("serve", { "served-model-name": { kind: "string", help: "name clients use" } });
   assert.match(text, /--served-model-name <text> name clients use/);
 });
+
+test("parseArgs() records an alias's value as its flag's, and refuses a refused flag with its explanation", () => {
+  const specs = {
+    "max-batch-tokens": { kind: "int", min: 1, help: "budget" },
+    "max-num-batched-tokens": { kind: "int", min: 1, aliasOf: "max-batch-tokens", help: "alias" },
+    "gpu-memory-utilization": { kind: "number", refused: "size the cache with --kv-blocks", help: "refused" },
+  } satisfies FlagSpecs;
+  assert.deepEqual(parseArgs(["--max-num-batched-tokens", "256"], specs), { "max-batch-tokens": 256 });
+  assert.deepEqual(parseArgs(["--max-num-batched-tokens=256", "--max-batch-tokens", "256"], specs), { "max-batch-tokens": 256 });
+  assert.throws(() => parseArgs(["--max-num-batched-tokens", "256", "--max-batch-tokens", "512"], specs), /Flag --max-batch-tokens is given twice, as "256" and "512"/);
+  assert.throws(() => parseArgs(["--max-num-batched-tokens", "0"], specs), /Flag --max-num-batched-tokens must be at least 1, got "0"/);
+  assert.throws(() => parseArgs(["--gpu-memory-utilization", "0.9"], specs), (e: unknown) => e instanceof ArgsError && e.message === "Flag --gpu-memory-utilization is not supported: size the cache with --kv-blocks");
+  // A refused flag is no suggestion for a typo.
+  assert.throws(() => parseArgs(["--gpu-memory-utilisation", "0.9"], specs), (e: unknown) => e instanceof ArgsError && !/gpu-memory-utilization/.test(e.message));
+});
+
+test("serve's flags take a vLLM command line (its names for the same things, what is always so here) and refuse the rest saying what to use", async () => {
+  const { SERVE_FLAGS } = await import("../../src/cli/serve-flags.ts");
+  const { checkVllmFlags } = await import("../../src/cli/preflight.ts");
+  const vllm = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--trust-remote-code", "--max-num-batched-tokens", "256", "--tensor-parallel-size", "1", "--dtype", "auto", "--enable-prefix-caching", "--enable-chunked-prefill", "--disable-log-requests"];
+  const f = parseArgs(vllm, SERVE_FLAGS);
+  assert.equal(f["max-batch-tokens"], 256);
+  checkVllmFlags(f);
+  for (const [args, message] of [
+    [["--gpu-memory-utilization", "0.9"], /Flag --gpu-memory-utilization is not supported: the KV cache is sized by --kv-blocks/],
+    [["--pipeline-parallel-size", "2"], /Flag --pipeline-parallel-size is not supported: .*--workers N/],
+    [["--no-enable-prefix-caching"], /Flag --no-enable-prefix-caching is not supported: prefix caching is always on/],
+    [["--tensor-parallel-size", "2"], /Flag --tensor-parallel-size 2 is not supported: each engine runs on one device here/],
+    [["--dtype", "bfloat16"], /Flag --dtype bfloat16 is not supported: weights are computed as stored/],
+    [["--enable-prefix-caching=false"], /Flag --enable-prefix-caching=false is not supported/],
+    [["--enable-chunked-prefill=false"], /Flag --enable-chunked-prefill=false is not supported/],
+  ] as const) {
+    assert.throws(() => checkVllmFlags(parseArgs(args, SERVE_FLAGS)), (e: unknown) => e instanceof ArgsError && message.test(e.message), args.join(" "));
+  }
+});
