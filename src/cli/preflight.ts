@@ -141,3 +141,13 @@ export function checkVllmFlags(f: { "enable-prefix-caching"?: boolean; "enable-c
   if (tp !== undefined && tp > 1) throw new ArgsError(`Flag --tensor-parallel-size ${tp} is not supported: each engine runs on one device here; --workers N runs N engines behind one router`);
   if (f.dtype !== undefined && f.dtype !== "auto") throw new ArgsError(`Flag --dtype ${f.dtype} is not supported: weights are computed as stored (f32, f16, bf16 or quantized blocks); --quantize converts them at load`);
 }
+
+/**
+ * `serve MODEL --flags`, as `vllm serve MODEL` takes it: a first argument that is not a flag is the
+ * model (`--model` then may not be given as well); any other argument outside a flag stays an error.
+ */
+export function modelFirst(argv: readonly string[]): string[] {
+  if (argv.length === 0 || argv[0].startsWith("--")) return [...argv];
+  if (argv.some((a) => a === "--model" || a.startsWith("--model="))) throw new ArgsError(`The model is given twice: "${argv[0]}" first, and --model`);
+  return ["--model", argv[0], ...argv.slice(1)];
+}

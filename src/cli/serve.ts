@@ -29,7 +29,7 @@ import { WorkerAuthError } from "../cluster/worker-auth.ts";
 import { ProfileFormatError } from "../cluster/engine-profiler.ts";
 import type { Role } from "../../planner/types.ts";
 import { ArgsError, parseArgs, usage } from "./args.ts";
-import { chatTemplateFlag, checkSideFiles, checkVllmFlags, hostFlag, mediaFlags, probeListen } from "./preflight.ts";
+import { chatTemplateFlag, checkSideFiles, checkVllmFlags, hostFlag, mediaFlags, modelFirst, probeListen } from "./preflight.ts";
 import { stopOnSignal } from "./serve-signals.ts";
 import { isQuantizeDType, QUANTIZE_DTYPES } from "../model/weights.ts";
 import { isProfilePlanner } from "../serve/sla-planner-setup.ts";
@@ -64,7 +64,7 @@ function nonEmpty(v: string | undefined): string | undefined {
 }
 
 async function main(): Promise<void> {
-  const f = parseArgs(cliArgs(), SERVE_FLAGS);
+  const f = parseArgs(modelFirst(cliArgs()), SERVE_FLAGS);
   if (f.help) {
     console.log(usage("serve", SERVE_FLAGS));
     return;

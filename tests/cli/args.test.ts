@@ -104,3 +104,16 @@ test("serve's flags take a vLLM command line (its names for the same things, wha
     assert.throws(() => checkVllmFlags(parseArgs(args, SERVE_FLAGS)), (e: unknown) => e instanceof ArgsError && message.test(e.message), args.join(" "));
   }
 });
+
+test("modelFirst() reads serve's first argument as the model, as vllm serve MODEL does, and nothing else", async () => {
+  const { modelFirst } = await import("../../src/cli/preflight.ts");
+  assert.deepEqual(modelFirst(["m.gguf", "--port", "0"]), ["--model", "m.gguf", "--port", "0"]);
+  assert.deepEqual(modelFirst(["--port", "0"]), ["--port", "0"]);
+  assert.deepEqual(modelFirst([]), []);
+  assert.throws(() => modelFirst(["m.gguf", "--model", "n.gguf"]), /The model is given twice: "m\.gguf" first, and --model/);
+  assert.throws(() => modelFirst(["m.gguf", "--model=n.gguf"]), /given twice/);
+  // A second bare argument is still refused by the parser, naming it.
+  assert.throws(() => parseArgs(modelFirst(["m.gguf", "--port", "0", "extra"]), SPECS_WITH_PORT), /Unexpected argument "extra"/);
+});
+
+const SPECS_WITH_PORT = { model: { kind: "string", help: "path" }, port: { kind: "int", help: "port" } } satisfies FlagSpecs;

@@ -17,7 +17,7 @@ function serve(args: string[]) {
   return { status: r.status, stderr: r.stderr ?? "" };
 }
 
-test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retention, --reasoning-parser, --tool-call-parser, --json-whitespace, --jump-forward, --step-mixing, --kv-cache-dtype, --speculative-config, --max-stored-responses, --max-conversations, --max-stored-mib, --num-scheduler-steps or --chat-template with a one-line error and exit 2", () => {
+test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retention, --reasoning-parser, --tool-call-parser, --json-whitespace, --jump-forward, --step-mixing, --kv-cache-dtype, --speculative-config, --max-stored-responses, --max-conversations, --max-stored-mib, --num-scheduler-steps, --chat-template or --dtype (and a model file that is not there, given first as vllm serve MODEL) with a one-line error and exit 2", () => {
   for (const [args, message] of [
     [["--prefill-order", "random"], /Unknown prefill order "random"; choose fcfs or short-first/],
     [["--role", "leader"], /Unknown role "leader"; choose mixed, prefill or decode/],
@@ -37,6 +37,8 @@ test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retent
     [["--max-conversations", "1.5"], /Flag --max-conversations/],
     [["--max-stored-mib", "0"], /Flag --max-stored-mib must be at least 0.001, got "0"/],
     [["--num-scheduler-steps", "0"], /Flag --num-scheduler-steps must be at least 1, got "0"/],
+    [["nowhere/none.gguf"], /Model file not found: "nowhere\/none\.gguf"/],
+    [["--dtype", "bfloat16"], /Flag --dtype bfloat16 is not supported: weights are computed as stored/],
     [["--chat-template", "templates/missing.jinja"], /Flag --chat-template: "templates\/missing\.jinja" is neither a file nor a template \(no "\{\{" or "\{%" in it\)/],
     [["--chat-template", "{% for m in messages %}{{ m.content }"], /Flag --chat-template: the template from the flag does not parse: /],
   ] as const) {
