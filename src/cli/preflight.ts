@@ -79,12 +79,14 @@ export interface MediaFlags {
   allowedLocalMediaPath?: string;
   mediaFetchTimeoutMs?: number;
   imageCacheBytes?: number;
+  maxImagesPerRequest?: number;
 }
 
 /** The image flags, checked: host names (not URLs) or *, an existing directory, all with --mmproj. */
-export function mediaFlags(f: { mmproj?: string; "allowed-media-domains"?: string; "allowed-local-media-path"?: string; "media-fetch-timeout"?: number; "mm-processor-cache-gb"?: number }): MediaFlags {
-  const given = (["allowed-media-domains", "allowed-local-media-path", "media-fetch-timeout", "mm-processor-cache-gb"] as const).filter((k) => f[k] !== undefined);
-  if (given.length > 0 && f.mmproj === undefined) throw new ArgsError(`Flag --${given[0]} ${given[0] === "mm-processor-cache-gb" ? "sizes the cache of prepared images" : "says where image URLs are read from"}; it needs --mmproj (a model that reads images)`);
+export function mediaFlags(f: { mmproj?: string; "allowed-media-domains"?: string; "allowed-local-media-path"?: string; "media-fetch-timeout"?: number; "mm-processor-cache-gb"?: number; "limit-mm-per-prompt"?: string }): MediaFlags {
+  const given = (["allowed-media-domains", "allowed-local-media-path", "media-fetch-timeout", "mm-processor-cache-gb", "limit-mm-per-prompt"] as const).filter((k) => f[k] !== undefined);
+  const what = { "mm-processor-cache-gb": "sizes the cache of prepared images", "limit-mm-per-prompt": "limits a request's images" } as Record<string, string>;
+  if (given.length > 0 && f.mmproj === undefined) throw new ArgsError(`Flag --${given[0]} ${what[given[0]] ?? "says where image URLs are read from"}; it needs --mmproj (a model that reads images)`);
   const out: MediaFlags = {};
   if (f["allowed-media-domains"] !== undefined) {
     const domains = f["allowed-media-domains"].split(",").map((d) => d.trim().toLowerCase());
@@ -106,6 +108,7 @@ export function mediaFlags(f: { mmproj?: string; "allowed-media-domains"?: strin
   }
   if (f["media-fetch-timeout"] !== undefined) out.mediaFetchTimeoutMs = f["media-fetch-timeout"] * 1000;
   if (f["mm-processor-cache-gb"] !== undefined) out.imageCacheBytes = Math.round(f["mm-processor-cache-gb"] * 1024 ** 3);
+  if (f["limit-mm-per-prompt"] !== undefined) out.maxImagesPerRequest = imageLimit(f["limit-mm-per-prompt"]);
   return out;
 }
 
@@ -150,4 +153,24 @@ export function modelFirst(argv: readonly string[]): string[] {
   if (argv.length === 0 || argv[0].startsWith("--")) return [...argv];
   if (argv.some((a) => a === "--model" || a.startsWith("--model="))) throw new ArgsError(`The model is given twice: "${argv[0]}" first, and --model`);
   return ["--model", argv[0], ...argv.slice(1)];
+}
+
+/** `--limit-mm-per-prompt`'s image count, from vLLM's JSON (`{"image": 4}`); other modalities only as 0. */
+function imageLimit(value: string): number {
+  const bad = (why: string) => new ArgsError(`Flag --limit-mm-per-prompt: ${why}, got ${JSON.stringify(value)} (e.g. '{"image": 4}')`);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch {
+    throw bad("expected a JSON object of counts by modality");
+  }
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) throw bad("expected a JSON object of counts by modality");
+  let images: number | undefined;
+  for (const [modality, count] of Object.entries(parsed)) {
+    if (!Number.isInteger(count) || (count as number) < 0) throw bad(`the count for "${modality}" must be a whole number from 0`);
+    if (modality === "image") images = count as number;
+    else if (count !== 0) throw bad(`only images are read here ("${modality}" can only be 0)`);
+  }
+  if (images === undefined) throw bad('no "image" count');
+  return images;
 }

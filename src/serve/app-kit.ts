@@ -123,7 +123,9 @@ export function routeKit(o: AppOptions, ctx: ServeContext, life: ServerLifecycle
   };
   const readImages = async (body: object, field: string): Promise<Map<string, PreparedImage>> => {
     if (!ctx.imagePrep) return new Map();
-    return ctx.imagePrep.prepare(await fetchImageUrls(ctx.imageFetch, body as Record<string, unknown>, field));
+    const urls = await fetchImageUrls(ctx.imageFetch, body as Record<string, unknown>, field, ctx.maxImages);
+    // More than the limit: nothing is prepared, the prompt refuses them by name.
+    return urls.length > ctx.maxImages ? new Map() : ctx.imagePrep.prepare(urls);
   };
   const parse = async <T extends { model: string }>(c: Context, schema: ZodType<T>): Promise<[T, ServeContext]> => {
     const body = await readJsonBody(c, schema);

@@ -13,6 +13,7 @@ import type { ReasoningParserName } from "./reasoning.ts";
 import type { ServeContext } from "./serve-context.ts";
 import { type ImageFetchOptions, NO_IMAGE_FETCH } from "./image-fetch.ts";
 import { DEFAULT_IMAGE_CACHE_BYTES, ImagePrep } from "./image-prep.ts";
+import { MAX_IMAGES } from "./prompt-images.ts";
 import { toolCallSyntax } from "./tool-calls-mistral.ts";
 
 /** Server settings. */
@@ -55,6 +56,8 @@ export interface AppOptions {
   allowRuntimeLora?: boolean;
   /** Where image URLs may be read from (default: nowhere; image-fetch.ts). */
   imageFetch?: ImageFetchOptions;
+  /** The most images a request may hold (`--limit-mm-per-prompt`; default 32). */
+  maxImages?: number;
   /** Prepares the model's images (image-prep.ts); default one that works on the calling thread, where the model reads images. */
   imagePrep?: ImagePrep;
 }
@@ -92,6 +95,7 @@ export function serveContextOf(o: AppOptions): ServeContext {
     samplingDefaults: samplingDefaultsOf(o.model, o.generationConfig),
     priorityScheduling: (o.schedulingPolicy ?? "priority") === "priority",
     imageFetch: o.imageFetch ?? NO_IMAGE_FETCH,
+    maxImages: o.maxImages ?? MAX_IMAGES,
     ...(o.model.config.vision ? { imagePrep: o.imagePrep ?? new ImagePrep(o.model.config.vision.preprocess, DEFAULT_IMAGE_CACHE_BYTES, false) } : {}),
   };
 }

@@ -7,7 +7,7 @@ import { type TurnOptions } from "./chat-template.ts";
 import { ApiError } from "./errors.ts";
 import type { PromptImage } from "../engine/engine-types.ts";
 import type { PreparedImage } from "./image-prep.ts";
-import { encodeWithImages, MAX_IMAGES } from "./prompt-images.ts";
+import { encodeWithImages, tooManyImages } from "./prompt-images.ts";
 import { MAY_THINK } from "../engine/grammar.ts";
 import { chatEcho } from "./request-checks.ts";
 import { chatGrammar } from "./output-grammar.ts";
@@ -68,7 +68,7 @@ function chatImages(ctx: ServeContext, messages: ChatRequest["messages"]): Prepa
     if (!Array.isArray(m.content)) return;
     m.content.forEach((part, j) => {
       if (part.type !== "image_url") return;
-      if (images.length === MAX_IMAGES) throw new ApiError(400, `A request may hold at most ${MAX_IMAGES} images; image ${MAX_IMAGES + 1} is at messages[${i}].content[${j}]`, "messages", "invalid_value");
+      if (images.length === ctx.maxImages) throw new ApiError(400, tooManyImages(ctx.maxImages, `image ${ctx.maxImages + 1} is at messages[${i}].content[${j}]`), "messages", "invalid_value");
       images.push(prep!.prepared(part.image_url.url, `messages[${i}].content[${j}].image_url.url`, ctx.preparedImages));
     });
   });

@@ -14,7 +14,7 @@ import { promises as fsp } from "node:fs";
 import { resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ApiError } from "./errors.ts";
-import { MAX_IMAGES } from "./prompt-images.ts";
+import { MAX_IMAGES, tooManyImages } from "./prompt-images.ts";
 
 /** Where image URLs may be read from, and how long and large a read may be. */
 export interface ImageFetchOptions {
@@ -75,13 +75,13 @@ function imageRefs(value: unknown, param: string, out: ImageRef[]): void {
  * URL it may not or could not read (one failure stops the others). Other URLs (data URLs, anything
  * else) are left for the prompt to read or refuse.
  */
-export async function fetchImageUrls(options: ImageFetchOptions, body: Record<string, unknown>, field: string): Promise<string[]> {
+export async function fetchImageUrls(options: ImageFetchOptions, body: Record<string, unknown>, field: string, maxImages = MAX_IMAGES): Promise<string[]> {
   const refs: ImageRef[] = [];
   imageRefs(body[field], field, refs);
   const remote = refs.filter((r) => /^(https?|file):/i.test(r.url));
   if (remote.length === 0) return refs.map((r) => r.url);
   // Counted before anything is fetched: a request of a thousand URLs reads none.
-  if (refs.length > MAX_IMAGES) throw new ApiError(400, `A request may hold at most ${MAX_IMAGES} images, got ${refs.length}`, field, "invalid_value");
+  if (refs.length > maxImages) throw new ApiError(400, tooManyImages(maxImages, `got ${refs.length}`), field, "invalid_value");
   const abort = new AbortController();
   try {
     await Promise.all(remote.map(async (ref) => {

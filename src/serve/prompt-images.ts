@@ -21,6 +21,11 @@ export const IMAGE_MARKER = "<__media__>";
 /** The most images one request may hold: each is decoded and resized on the server's thread before the request queues. */
 export const MAX_IMAGES = 32;
 
+/** The refusal of a request holding more than `max` images (`where`: which one, or how many). */
+export function tooManyImages(max: number, where: string): string {
+  return max === 0 ? `This server takes no images (--limit-mm-per-prompt); ${where}` : `A request may hold at most ${max} image${max === 1 ? "" : "s"} (--limit-mm-per-prompt); ${where}`;
+}
+
 /** The largest image accepted, in pixels (before it is resized to the tower's side). */
 export const MAX_IMAGE_PIXELS = 32 * 1024 * 1024;
 

@@ -38,6 +38,8 @@ export interface ServeContext {
   imageFetch: ImageFetchOptions;
   /** Where the model reads images: prepares them, and keeps them by data URL (image-prep.ts). */
   imagePrep?: ImagePrep;
+  /** The most images a request may hold (`--limit-mm-per-prompt`; default prompt-images.ts MAX_IMAGES). */
+  maxImages: number;
   /** This request's images, prepared before its body was read (app-kit.ts `parse`), by data-URL digest. */
   preparedImages?: PreparedImages;
 }

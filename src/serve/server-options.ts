@@ -211,6 +211,8 @@ export interface ServerOptions {
   allowedLocalMediaPath?: string;
   /** The longest an image URL's read may take, in ms (`--media-fetch-timeout`; default 5000, vLLM's). */
   mediaFetchTimeoutMs?: number;
+  /** The most images a request may hold (`--limit-mm-per-prompt '{"image": N}'`, vLLM's; default 32; 0 takes none). */
+  maxImagesPerRequest?: number;
   /** Bytes of prepared images kept by data URL, so that a resent screenshot is not decoded again (`--mm-processor-cache-gb`; default 1 GiB; 0 keeps none: image-prep.ts). */
   imageCacheBytes?: number;
   /** Quantize the model's f32/f16/bf16 matrices into this block format at load (`--quantize`); workers do the same. */

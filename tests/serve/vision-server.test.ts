@@ -115,13 +115,30 @@ test("startServer({ mmproj }) answers 400 naming what it cannot read: URLs it ma
     }
     const many = await refusal(client.chat.completions.create(ask(Array.from({ length: 33 }, () => image(pngUrl(1, 2, 2))))));
     assert.equal(many.status, 400);
-    assert.match(many.message, /at most 32 images; image 33 is at messages\[0\]\.content\[32\]/);
+    assert.match(many.message, /at most 32 images \(--limit-mm-per-prompt\); image 33 is at messages\[0\]\.content\[32\]/);
     const bad = await refusal(client.chat.completions.create({ ...ask([{ type: "text", text: "x" }, image(pngUrl(1))]), truncate_prompt_tokens: 5 } as OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming));
     assert.equal(bad.status, 400);
     assert.match(bad.message, /truncate_prompt_tokens cannot be used with images/);
     // The server still answers.
     assert.equal((await client.chat.completions.create(ask([image(pngUrl(4))]))).choices.length, 1);
   });
+});
+
+test("startServer({ maxImagesPerRequest }) refuses a request of more images naming the limit, and 0 any image", async () => {
+  for (const [limit, pattern] of [[1, /A request may hold at most 1 image \(--limit-mm-per-prompt\); image 2 is at messages\[0\]\.content\[2\]/], [0, /This server takes no images \(--limit-mm-per-prompt\); image 1 is at messages\[0\]\.content\[1\]/]] as const) {
+    const s = await startServer({ modelPath, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, mmproj, maxImagesPerRequest: limit });
+    try {
+      const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "unused", maxRetries: 0 });
+      const r = await refusal(client.chat.completions.create(ask([{ type: "text", text: "Once" }, image(pngUrl(1)), image(pngUrl(2))])));
+      assert.equal(r.status, 400);
+      assert.match(r.message, pattern);
+      const text = await client.chat.completions.create(ask([{ type: "text", text: "Once" }]));
+      assert.equal(text.choices.length, 1, "text still answered");
+      if (limit === 1) assert.equal((await client.chat.completions.create(ask([{ type: "text", text: "Once" }, image(pngUrl(1))]))).choices.length, 1);
+    } finally {
+      await s.shutdown();
+    }
+  }
 });
 
 test("startServer() without a projector refuses images by name", async () => {

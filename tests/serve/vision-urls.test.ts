@@ -140,7 +140,7 @@ test("fetchImageUrls() reads allowed http and file URLs into data URLs wherever 
     // Too many images: refused before anything is fetched.
     const before = host.hits.length;
     const many = { messages: [{ role: "user", content: Array.from({ length: 33 }, (_, i) => ({ type: "image_url", image_url: { url: `${host.url}/${i}.png` } })) }] };
-    await assert.rejects(fetchImageUrls(allowed, many, "messages"), /at most 32 images, got 33/);
+    await assert.rejects(fetchImageUrls(allowed, many, "messages"), /at most 32 images \(--limit-mm-per-prompt\); got 33/);
     assert.equal(host.hits.length, before, "nothing fetched");
   } finally {
     await host.close();
@@ -216,14 +216,19 @@ test("startServer({ allowedMediaDomains, allowedLocalMediaPath }) answers image 
 });
 
 test("mediaFlags() checks serve's image-URL flags: host names or *, a directory, with --mmproj", () => {
-  assert.deepEqual(mediaFlags({ mmproj: "m.gguf", "allowed-media-domains": "Images.Example.com, 127.0.0.1,[::1]", "allowed-local-media-path": media, "media-fetch-timeout": 2.5, "mm-processor-cache-gb": 0.5 }), {
-    allowedMediaDomains: ["images.example.com", "127.0.0.1", "::1"], allowedLocalMediaPath: media, mediaFetchTimeoutMs: 2500, imageCacheBytes: 512 * 1024 ** 2,
+  assert.deepEqual(mediaFlags({ mmproj: "m.gguf", "allowed-media-domains": "Images.Example.com, 127.0.0.1,[::1]", "allowed-local-media-path": media, "media-fetch-timeout": 2.5, "mm-processor-cache-gb": 0.5, "limit-mm-per-prompt": '{"image": 4, "video": 0}' }), {
+    allowedMediaDomains: ["images.example.com", "127.0.0.1", "::1"], allowedLocalMediaPath: media, mediaFetchTimeoutMs: 2500, imageCacheBytes: 512 * 1024 ** 2, maxImagesPerRequest: 4,
   });
   assert.deepEqual(mediaFlags({ mmproj: "m.gguf" }), {});
   const cases: [Parameters<typeof mediaFlags>[0], RegExp][] = [
     [{ "allowed-media-domains": "*" }, /Flag --allowed-media-domains says where image URLs are read from; it needs --mmproj/],
     [{ "media-fetch-timeout": 3 }, /Flag --media-fetch-timeout .* needs --mmproj/],
     [{ "mm-processor-cache-gb": 0 }, /Flag --mm-processor-cache-gb sizes the cache of prepared images; it needs --mmproj/],
+    [{ "limit-mm-per-prompt": '{"image": 1}' }, /Flag --limit-mm-per-prompt limits a request's images; it needs --mmproj/],
+    [{ mmproj: "m", "limit-mm-per-prompt": "image=4" }, /--limit-mm-per-prompt: expected a JSON object of counts by modality, got "image=4"/],
+    [{ mmproj: "m", "limit-mm-per-prompt": '{"image": -1}' }, /the count for "image" must be a whole number from 0/],
+    [{ mmproj: "m", "limit-mm-per-prompt": '{"image": 2, "video": 1}' }, /only images are read here \("video" can only be 0\)/],
+    [{ mmproj: "m", "limit-mm-per-prompt": '{"audio": 0}' }, /no "image" count/],
     [{ mmproj: "m", "allowed-media-domains": "https://images.example.com" }, /"https:\/\/images\.example\.com" is not a host name/],
     [{ mmproj: "m", "allowed-media-domains": "a.com,b.com:8080" }, /"b\.com:8080" is not a host name/],
     [{ mmproj: "m", "allowed-local-media-path": `${media}/shot.png` }, /--allowed-local-media-path: ".*shot\.png" is not a directory/],
