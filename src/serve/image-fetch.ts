@@ -98,6 +98,7 @@ export async function fetchImageUrls(options: ImageFetchOptions, body: Record<st
 function mediaType(b: Uint8Array): string {
   if (b[0] === 0x89 && b[1] === 0x50 && b[2] === 0x4e && b[3] === 0x47) return "image/png";
   if (b[0] === 0xff && b[1] === 0xd8) return "image/jpeg";
+  if (b[0] === 0x47 && b[1] === 0x49 && b[2] === 0x46) return "image/gif";
   return "application/octet-stream";
 }
 
@@ -202,8 +203,10 @@ async function readLocal(options: ImageFetchOptions, url: URL, bad: (why: string
   const real = await fsp.realpath(path).catch(() => null);
   if (real === null) throw bad("no such file");
   if (!within(real, root)) throw outside;
-  const stat = await fsp.stat(real);
+  // A file the server may not read (permissions) is the client's URL's problem too: a 400, not a 500.
+  const cannot = (e: unknown) => bad(`it cannot be read (${(e as { code?: string }).code ?? String(e)})`);
+  const stat = await fsp.stat(real).catch((e) => Promise.reject(cannot(e)));
   if (!stat.isFile()) throw bad("it is not a file");
   if (stat.size > options.maxBytes) throw bad(`it is ${stat.size} bytes, more than the ${options.maxBytes} an image may be`);
-  return new Uint8Array(await fsp.readFile(real));
+  return new Uint8Array(await fsp.readFile(real).catch((e) => Promise.reject(cannot(e))));
 }
