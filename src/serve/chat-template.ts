@@ -104,6 +104,7 @@ export function chatRenderer(template: string | undefined, special: { bos?: stri
   const compiled = new Template(template);
   // Most templates know no `developer` role and drop its message unseen; gpt-oss's reads it itself.
   const knowsDeveloper = template.includes("developer");
+  const typedContent = takesTypedContent(compiled, special);
   return {
     fromModel: true,
     render(messages, tools, variables, turn = {}) {
@@ -113,7 +114,7 @@ export function chatRenderer(template: string | undefined, special: { bos?: stri
         const literals = exact ? new NumberLiterals() : null;
         return (literals?.restore.bind(literals) ?? ((t: string) => t))(compiled.render({
           ...variables,
-          messages: list.map((m) => templateMessage(m, knowsDeveloper, shape, literals)),
+          messages: list.map((m) => templateMessage(m, knowsDeveloper, shape, literals, typedContent)),
           ...(tools && tools.length > 0 ? { tools } : {}),
           add_generation_prompt: !turn.continueFinal && turn.addGenerationPrompt !== false,
           bos_token: special.bos ?? "",
@@ -148,6 +149,24 @@ export function chatRenderer(template: string | undefined, special: { bos?: stri
 }
 
 /**
+ * Whether a template reads a message's content only as OpenAI's list of parts (`for part in
+ * message['content']`, `part['type'] == 'text'`), as SmolVLM's does: a user message's text given as a
+ * string is missing from what it writes, and given as one text part is there (llama.cpp's probe, its
+ * "requires typed content"). Such a template gets every content as one text part.
+ */
+function takesTypedContent(compiled: Template, special: { bos?: string; eos?: string }): boolean {
+  const probe = "TYPED_CONTENT_PROBE_7c1e";
+  const writes = (content: unknown) => {
+    try {
+      return compiled.render({ messages: [{ role: "user", content }], add_generation_prompt: false, bos_token: special.bos ?? "", eos_token: special.eos ?? "" }).includes(probe);
+    } catch {
+      return false;
+    }
+  };
+  return !writes(probe) && writes([{ type: "text", text: probe }]);
+}
+
+/**
  * How messages are given to a template: `parseArguments`, tool calls' JSON-text arguments as
  * objects; `nullContent`, a call turn without content with content null, as Hugging Face's
  * apply_chat_template gives it (DeepSeek-R1's template writes a turn's calls only when its content
@@ -172,8 +191,10 @@ function callsWithoutContent(m: ChatMessageIn): boolean {
  * DeepSeek's templates read, so the prompt repeats the reasoning the model wrote and its KV is
  * reused; and its tool calls as `shape` says.
  */
-function templateMessage(m: ChatMessageIn, knowsDeveloper: boolean, shape: MessageShape, literals: NumberLiterals | null): Record<string, unknown> {
-  const out: Record<string, unknown> = { ...m, content: shape.nullContent && callsWithoutContent(m) ? null : messageText(m.content) };
+function templateMessage(m: ChatMessageIn, knowsDeveloper: boolean, shape: MessageShape, literals: NumberLiterals | null, typedContent: boolean): Record<string, unknown> {
+  const text = shape.nullContent && callsWithoutContent(m) ? null : messageText(m.content);
+  // A template that reads only OpenAI's parts (SmolVLM's) gets the text as one text part, image markers in it.
+  const out: Record<string, unknown> = { ...m, content: typedContent && text !== null ? [{ type: "text", text }] : text };
   if (m.role === "developer" && !knowsDeveloper) out.role = "system";
   const reasoning = (m as { reasoning?: unknown }).reasoning;
   if (m.role === "assistant" && typeof reasoning === "string" && typeof out.reasoning_content !== "string") out.reasoning_content = reasoning;

@@ -62,3 +62,25 @@ test("chatTemplateFlag() reads a file, or takes the value as a template, and ref
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+/** SmolVLM-Instruct's chat template (its chat_template.json): it reads a message's content only as a list of parts. */
+const SMOLVLM = "<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}{% if message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}";
+
+test("chatRenderer() gives a template that reads only OpenAI's parts (SmolVLM's) each content as one text part, image markers in it; others still get text", async () => {
+  const { chatRenderer } = await import("../../src/serve/chat-template.ts");
+  const { IMAGE_MARKER } = await import("../../src/serve/prompt-images.ts");
+  const messages = [
+    { role: "system" as const, content: "Be brief." },
+    { role: "user" as const, content: [{ type: "text" as const, text: "What is this?" }, { type: "image_url" as const, image_url: { url: "data:image/png;base64,AAAA" } }] },
+    { role: "assistant" as const, content: "A cat." },
+    { role: "user" as const, content: "And now?" },
+  ];
+  const smol = chatRenderer(SMOLVLM, {}).render(messages);
+  assert.equal(smol.text, `<|im_start|>System: Be brief.<end_of_utterance>\nUser: What is this?\n${IMAGE_MARKER}<end_of_utterance>\nAssistant: A cat.<end_of_utterance>\nUser: And now?<end_of_utterance>\nAssistant:`);
+  // A template that reads strings gets strings, as before (its loop over a list would write nothing).
+  const plain = chatRenderer("{% for m in messages %}[{{ m.content }}]{% endfor %}", {}).render(messages);
+  assert.equal(plain.text, `[Be brief.][What is this?\n${IMAGE_MARKER}][A cat.][And now?]`);
+  // Continuing the final message finds its text in a typed-content template too.
+  const cont = chatRenderer(SMOLVLM, {}).render([...messages.slice(0, 2), { role: "assistant" as const, content: "It is a" }], undefined, undefined, { continueFinal: true });
+  assert.ok(cont.text.endsWith("Assistant: It is a"), cont.text);
+});
