@@ -44,7 +44,7 @@ export interface RouteKit {
   /**
    * Reads the image URLs under `body[field]` that the server may read (image-fetch.ts) and puts them
    * back as data URLs, where the model reads images (a text-only model's requests are refused later, by
-   * name), and prepares its images off the server's thread (image-prep.ts): what it returns, by data-URL digest.
+   * name), and prepares its images off the server's thread (image-prep.ts): what it returns, by data URL.
    */
   readImages(body: object, field: string): Promise<Map<string, PreparedImage>>;
   /** A generation request's body, checked (its image URLs read: `messages`, `input`), and the context of the model (or adapter) it asks for. */

@@ -21,7 +21,7 @@ export interface PreparedImage {
   key: string;
 }
 
-/** A request's images prepared before its prompt is rendered, by data-URL digest. */
+/** A request's images prepared before its prompt is rendered, by data URL (the body's own strings: no digest taken again). */
 export type PreparedImages = ReadonlyMap<string, PreparedImage>;
 
 /** What the thread is asked: one data URL to prepare with `spec`. */
@@ -37,8 +37,8 @@ export type PrepReply = { id: number; pixels: Float32Array; key: string } | { id
 /** The cache's default budget: 1 GiB (vLLM's default is 4 GiB, for servers; this one runs on laptops too). */
 export const DEFAULT_IMAGE_CACHE_BYTES = 1024 ** 3;
 
-/** A data URL's digest, what the cache and a request's prepared images are keyed by. */
-export function urlDigest(url: string): string {
+/** A data URL's digest, what the cache is keyed by (not the URL: it would keep megabytes of text alive). */
+function urlDigest(url: string): string {
   return createHash("sha256").update(url).digest("base64");
 }
 
@@ -59,7 +59,7 @@ export class ImagePrep {
 
   /**
    * Prepares the data URLs among `urls` that are not kept, in the thread, and returns every one it
-   * has (kept or made now) by digest. A URL the thread cannot read is left out.
+   * has (kept or made now) by URL. A URL the thread cannot read is left out.
    */
   async prepare(urls: readonly string[]): Promise<Map<string, PreparedImage>> {
     const out = new Map<string, PreparedImage>();
@@ -68,14 +68,14 @@ export class ImagePrep {
       if (!url.startsWith("data:")) continue;
       const digest = urlDigest(url);
       const kept = this.kept(digest);
-      if (kept) out.set(digest, kept);
+      if (kept) out.set(url, kept);
       else missing.push([digest, url]);
     }
     if (!this.threaded || this.closed || missing.length === 0) return out;
     const made = await Promise.all(missing.map(([, url]) => this.inThread(url)));
     made.forEach((image, i) => {
       if (!image) return;
-      out.set(missing[i][0], image);
+      out.set(missing[i][1], image);
       this.keep(missing[i][0], image);
     });
     return out;
@@ -83,8 +83,10 @@ export class ImagePrep {
 
   /** The prepared image of `url`: from `given` (this request's), kept, or made here; a 400 naming `param` where it cannot be read. */
   prepared(url: string, param: string, given?: PreparedImages): PreparedImage {
+    const mine = given?.get(url);
+    if (mine) return mine;
     const digest = url.startsWith("data:") ? urlDigest(url) : undefined;
-    const found = digest === undefined ? undefined : given?.get(digest) ?? this.kept(digest);
+    const found = digest === undefined ? undefined : this.kept(digest);
     if (found) return found;
     const pixels = preprocessImage(imageFromUrl(url, param), this.spec);
     const image = { pixels, key: imageKey(pixels) };

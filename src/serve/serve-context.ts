@@ -40,7 +40,7 @@ export interface ServeContext {
   imagePrep?: ImagePrep;
   /** The most images a request may hold (`--limit-mm-per-prompt`; default prompt-images.ts MAX_IMAGES). */
   maxImages: number;
-  /** This request's images, prepared before its body was read (app-kit.ts `parse`), by data-URL digest. */
+  /** This request's images, prepared before its body was read (app-kit.ts `parse`), by data URL. */
   preparedImages?: PreparedImages;
 }
 

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { encodePng } from "../../src/model/vision/png.ts";
-import { ImagePrep, urlDigest } from "../../src/serve/image-prep.ts";
+import { ImagePrep } from "../../src/serve/image-prep.ts";
 import { preprocessImage, type PreprocessSpec } from "../../src/model/vision/image-preprocess.ts";
 import { imageKey } from "../../src/model/vision/image-tokens.ts";
 import { imageFromUrl } from "../../src/serve/prompt-images.ts";
@@ -29,7 +29,7 @@ test("ImagePrep.prepare() makes in its thread what the calling thread makes of e
     assert.equal(made.size, 2, "one per distinct URL");
     for (const url of urls) {
       const want = preprocessImage(imageFromUrl(url, "x"), spec);
-      const got = made.get(urlDigest(url))!;
+      const got = made.get(url)!;
       assert.deepEqual(got.pixels, want);
       assert.equal(got.key, imageKey(want));
       assert.equal(prep.prepared(url, "x", made), got, "the request's own, not made again");
@@ -37,7 +37,7 @@ test("ImagePrep.prepare() makes in its thread what the calling thread makes of e
     assert.equal(prep.size.images, 2);
     // Kept: a second request gets the same images without the thread.
     const again = await prep.prepare([urls[0]]);
-    assert.equal(again.get(urlDigest(urls[0])), made.get(urlDigest(urls[0])));
+    assert.equal(again.get(urls[0]), made.get(urls[0]));
   } finally {
     await prep.close();
   }
@@ -52,7 +52,7 @@ test("ImagePrep keeps prepared images within its byte budget, most recently used
   prep.prepared(c, "x");
   assert.deepEqual(prep.size, { images: 2, bytes: 2 * IMAGE_BYTES });
   const kept = await prep.prepare([a, b, c]);
-  assert.deepEqual([...kept.keys()].sort(), [urlDigest(a), urlDigest(c)].sort(), "b went first");
+  assert.deepEqual([...kept.keys()].sort(), [a, c].sort(), "b went first");
   const none = new ImagePrep(spec, 0, false);
   assert.notEqual(none.prepared(a, "x"), none.prepared(a, "x"));
   assert.deepEqual(none.size, { images: 0, bytes: 0 });
@@ -63,7 +63,7 @@ test("ImagePrep leaves what its thread cannot read to prepared(), which refuses 
   const broken = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAA";
   const good = pngUrl(4);
   const made = await prep.prepare([broken, good, "https://example.com/a.png"]);
-  assert.deepEqual([...made.keys()], [urlDigest(good)]);
+  assert.deepEqual([...made.keys()], [good]);
   assert.throws(() => prep.prepared(broken, "messages[0].content[1].image_url.url", made), (e: unknown) => e instanceof ApiError && e.status === 400 && e.param === "messages[0].content[1].image_url.url" && /not a readable PNG/.test(e.message));
   await prep.close();
   const late = pngUrl(5);
