@@ -155,6 +155,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const lifecycle = new ServerLifecycle();
   // Images prepared in a thread of their own and kept by data URL (image-prep.ts); ended at shutdown.
   const imagePrep = model.config.vision ? new ImagePrep(model.config.vision.preprocess, o.imageCacheBytes ?? DEFAULT_IMAGE_CACHE_BYTES) : undefined;
+  await imagePrep?.start();
   const toolCallParser = o.toolCallParser === "auto" ? detectToolCallFormat(model.chatTemplate, model.config.architecture) : o.toolCallParser ?? "hermes";
   const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, ...(o.allowedOrigins ? { allowedOrigins: o.allowedOrigins } : {}), maxBodyBytes: o.maxBodyBytes, bodyTimeoutMs: o.bodyTimeoutMs, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora, imageFetch: imageFetchOf(o), ...(o.maxImagesPerRequest !== undefined ? { maxImages: o.maxImagesPerRequest } : {}), ...(imagePrep ? { imagePrep } : {}) });
   let l: Listening;

@@ -43,6 +43,20 @@ test("ImagePrep.prepare() makes in its thread what the calling thread makes of e
   }
 });
 
+test("ImagePrep.start() starts its thread and waits for its answer; close() ends it; a prep on the calling thread starts none", async () => {
+  const prep = new ImagePrep(spec, 1 << 20);
+  assert.equal(prep.running, false, "started lazily otherwise");
+  await prep.start();
+  assert.equal(prep.running, true);
+  const url = pngUrl(8);
+  assert.deepEqual((await prep.prepare([url])).get(url)!.pixels, preprocessImage(imageFromUrl(url, "x"), spec));
+  await prep.close();
+  assert.equal(prep.running, false);
+  const here = new ImagePrep(spec, 1 << 20, false);
+  await here.start();
+  assert.equal(here.running, false);
+});
+
 test("ImagePrep keeps prepared images within its byte budget, most recently used last dropped; 0 keeps none", async () => {
   const prep = new ImagePrep(spec, 2 * IMAGE_BYTES, false);
   const [a, b, c] = [pngUrl(1), pngUrl(2), pngUrl(3)];
