@@ -150,9 +150,10 @@ export function chatRenderer(template: string | undefined, special: { bos?: stri
 
 /**
  * Whether a template reads a message's content only as OpenAI's list of parts (`for part in
- * message['content']`, `part['type'] == 'text'`), as SmolVLM's does: a user message's text given as a
- * string is missing from what it writes, and given as one text part is there (llama.cpp's probe, its
- * "requires typed content"). Such a template gets every content as one text part.
+ * message['content']`, `part['type'] == 'text'`), as SmolVLM's does: given a user message's text as a
+ * string it throws (SmolVLM's: "Expected iterable ... got StringValue") or leaves the text out, and
+ * given one text part it writes it (llama.cpp's probe, its "requires typed content"). Such a template
+ * gets every content as one text part.
  */
 function takesTypedContent(compiled: Template, special: { bos?: string; eos?: string }): boolean {
   const probe = "TYPED_CONTENT_PROBE_7c1e";
