@@ -176,13 +176,7 @@ async function readCapped(body: ReadableStream<Uint8Array> | null, max: number, 
     }
     chunks.push(value);
   }
-  const out = new Uint8Array(size);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.length;
-  }
-  return out;
+  return Buffer.concat(chunks, size);
 }
 
 async function readLocal(options: ImageFetchOptions, url: URL, bad: (why: string) => ApiError): Promise<Uint8Array> {

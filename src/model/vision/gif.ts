@@ -7,6 +7,7 @@
  * canvas around a frame smaller than the logical screen takes the background colour.
  * Checked against Pillow (tests/model/fixtures/pil-gif.json, scripts/pil-gif-fixture.py).
  */
+import { Buffer } from "node:buffer";
 import { type DecodedImage, ImageDecodeError } from "./png.ts";
 
 /** LZW codes are at most 12 bits (GIF89a appendix F). */
@@ -38,21 +39,11 @@ class Reader {
   /** Data sub-blocks (each a length byte, 0 ends them), joined; or only skipped. */
   subBlocks(what: string, keep: boolean): Uint8Array {
     const parts: Uint8Array[] = [];
-    let size = 0;
     for (let n = this.u8(what); n !== 0; n = this.u8(what)) {
       const part = this.bytes(n, what);
-      if (keep) {
-        parts.push(part);
-        size += n;
-      }
+      if (keep) parts.push(part);
     }
-    const out = new Uint8Array(size);
-    let o = 0;
-    for (const p of parts) {
-      out.set(p, o);
-      o += p.length;
-    }
-    return out;
+    return Buffer.concat(parts);
   }
 }
 
